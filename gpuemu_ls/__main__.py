@@ -1,0 +1,7 @@
+"""``python -m gpuemu_ls``: the bundled CLI."""
+
+import sys
+
+from .cli import gpuemu_main
+
+sys.exit(gpuemu_main())

@@ -1,0 +1,407 @@
+"""``gpuemu`` (the bundled CLI) and ``gpuemu-ls`` (the language server and its ``--check`` gate).
+
+A thin face: every command parses its flags, calls the engine, prints. Exit codes: 0 when every op
+ran and passed, 1 on any failure, error or op that could not run, 2 on usage or configuration
+errors (the message names file, line and column).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import shlex
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from . import __version__
+from .console import Progress
+from .engine.config import CONFIG_NAME, Config, find_workspace, load_config
+from .engine.errors import ConfigError, UsageError
+from .engine.plan import mode_filter
+from .engine.report import case_line, replay_command, row_line
+from .engine.store import Store, StoreError
+from .engine.validate import OpOutcome, RunOptions, RunResult, plan_op, replay_spec, run_validation
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+SHOW_FAILURES = 3
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse's default is fine but must exit 2 with our prefix
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-C", "--workspace", metavar="PATH", help="workspace folder (default: the nearest folder "
+                   f"holding {CONFIG_NAME}, from the current one up)")
+
+
+def _run_flags(p: argparse.ArgumentParser, *, fuzz: bool = False) -> None:
+    if not fuzz:
+        mode = p.add_mutually_exclusive_group()
+        mode.add_argument("--quick", action="store_const", const="quick", dest="mode",
+                          help="float32 (or the op's first dtype), default and boundary shapes, [ci.quick] iterations")
+        mode.add_argument("--thorough", action="store_const", const="thorough", dest="mode",
+                          help="all dtypes, layouts, shapes and distributions (default)")
+        p.add_argument("--op", action="append", metavar="NAME", help="only this op (repeatable)")
+    p.add_argument("--seed", type=int, metavar="N", help="first case seed (default: [validation] seed)")
+    p.add_argument("--iterations", type=int, metavar="N", help="cases per op")
+    p.add_argument("--parallel", "--jobs", "-j", type=int, dest="jobs", metavar="N",
+                   help="ops validated at once (default: [ci] parallel_jobs, else 1)")
+    p.add_argument("--fail-fast", action="store_true", help="stop an op at its first failing case")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument("--output", metavar="FILE", help="write the report there instead of stdout")
+    p.add_argument("--no-progress", action="store_true", help="no progress line on a terminal")
+    p.add_argument("--show", type=int, default=SHOW_FAILURES, metavar="N", help="failure lines shown per op")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="gpuemu", description="Validate GPU kernels against float64 references, on a CPU.")
+    parser.add_argument("--version", action="version", version=f"gpuemu {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+
+    p = sub.add_parser("test", help="validate every op (or --op NAME) over shapes, dtypes, layouts and values")
+    _common(p)
+    _run_flags(p)
+
+    p = sub.add_parser("fuzz", help="run many cases of one op")
+    _common(p)
+    p.add_argument("--op", required=True, metavar="NAME")
+    _run_flags(p, fuzz=True)
+    p.add_argument("--dtype", action="append", metavar="D", help="only these dtypes")
+    p.add_argument("--layout", action="append", metavar="L", help="only these layouts")
+    p.add_argument("--distribution", action="append", metavar="D", help="only these value distributions")
+
+    p = sub.add_parser("reproduce", help="re-run op and reference on the stored (or regenerated) inputs of a seed")
+    _common(p)
+    p.add_argument("--op", required=True, metavar="NAME")
+    p.add_argument("--seed", required=True, type=int, metavar="N")
+    p.add_argument("--regenerate", action="store_true", help="ignore the stored snapshot; regenerate from the seed")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+
+    p = sub.add_parser("failures", help="failing cases of the latest run of each op, from the store")
+    _common(p)
+    p.add_argument("--op", metavar="NAME")
+    p.add_argument("--all", action="store_true", help="every stored failure, not just the latest run's")
+    p.add_argument("--since-hours", type=float, metavar="H")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+
+    p = sub.add_parser("ops", help="the ops and kernels of the workspace and their last status")
+    _common(p)
+    p.add_argument("--format", choices=("text", "json"), default="text")
+
+    p = sub.add_parser("init", help="write a starter workspace that passes")
+    p.add_argument("path", nargs="?", default=".", help="folder to create it in (default: here)")
+    p.add_argument("--force", action="store_true", help="overwrite existing files")
+    return parser
+
+
+# --- helpers ----------------------------------------------------------------------------------
+
+def _workspace(args: argparse.Namespace) -> Path:
+    if getattr(args, "workspace", None):
+        root = Path(args.workspace).expanduser()
+        if not (root / CONFIG_NAME).is_file():
+            raise UsageError(f"no {CONFIG_NAME} in {root.resolve()} (run `gpuemu init {args.workspace}`)")
+        return root.resolve()
+    found = find_workspace(Path.cwd())
+    if found is None:
+        raise UsageError(f"no {CONFIG_NAME} here or in any parent folder (run `gpuemu init` or pass -C PATH)")
+    return found
+
+
+def _config(args: argparse.Namespace) -> Config:
+    cfg = load_config(_workspace(args))
+    for w in cfg.warnings:
+        print(str(w).replace(": error:", ": warning:"), file=sys.stderr)
+    return cfg
+
+
+def _ops(cfg: Config, names: list[str] | None) -> list[str]:
+    if not names:
+        return [o.name for o in cfg.ops]
+    for n in names:
+        try:
+            cfg.op(n)
+        except KeyError as exc:
+            raise UsageError(str(exc.args[0])) from None
+    return names
+
+
+def _emit(text: str, output: str | None) -> None:
+    if output:
+        Path(output).write_text(text + ("\n" if not text.endswith("\n") else ""), encoding="utf-8")
+    else:
+        print(text)
+
+
+def _status_word(status: str) -> str:
+    return {"passed": "PASS", "failed": "FAIL", "error": "ERROR", "not_run": "NOT RUN", "cancelled": "CANCELLED"}[status]
+
+
+def _op_line(o: OpOutcome) -> str:
+    st = o.stats()
+    err = f"max err {st['max_abs']:.3g}" if st["max_abs"] is not None else ""
+    ratio = st["max_ratio"]
+    if ratio is not None and o.status == "passed":
+        err += f" ({ratio:.0%} of tolerance)"
+    return f"{_status_word(o.status):7} {o.op:24} {o.message:40} {err:32} {o.elapsed:6.2f} s"
+
+
+def outcome_text(result: RunResult, cfg: Config, show: int) -> str:
+    cwd = Path.cwd()
+    lines = []
+    for o in result.outcomes:
+        lines.append(_op_line(o))
+        if o.setup_error:
+            where = o.setup_error.get("file")
+            loc = f"{where}:{o.setup_error.get('line')}: " if where else ""
+            lines.append(f"    {loc}{o.setup_error.get('message', '').splitlines()[0] if o.setup_error.get('message') else ''}")
+        if o.status == "not_run":
+            lines.append(f"    {o.message}")
+        if o.diagnosis:
+            lines.append(f"    diagnosis: {o.diagnosis}")
+        bad = o.failures
+        for r in bad[:show]:
+            lines.append("    " + case_line(r, cfg.root, cwd).replace("\n", "\n    "))
+        if len(bad) > show:
+            lines.append(f"    ... {len(bad) - show} more (gpuemu failures --op {shlex.quote(o.op)})")
+    counts = {s: sum(1 for o in result.outcomes if o.status == s) for s in ("passed", "failed", "error", "not_run")}
+    cases = sum(len(o.cases) for o in result.outcomes)
+    lines.append(
+        f"{counts['passed']} passed, {counts['failed']} failed, {counts['error']} errors, {counts['not_run']} not run "
+        f"({len(result.outcomes)} ops, {cases} cases, {result.mode}, seed {result.seed}, {result.elapsed:.1f} s)"
+        + (f"; run {result.run_id[:12]} stored" if result.run_id else ""))
+    return "\n".join(lines)
+
+
+def outcome_json(result: RunResult, cfg: Config) -> dict[str, Any]:
+    cwd = Path.cwd()
+    ops = []
+    for o in result.outcomes:
+        ops.append({
+            "name": o.op, "kind": "op", "status": o.status, "message": o.message, "diagnosis": o.diagnosis,
+            "cases": len(o.cases), "passed": o.count("passed"), "failed": o.count("failed"), "errors": o.count("error"),
+            "planned": o.planned, "elapsed": o.elapsed, "stopped": o.stopped, "setup_error": o.setup_error,
+            "stats": o.stats(),
+            "failures": [{**r.to_dict(), "replay": replay_command(r.op, r.seed, cfg.root, cwd)} for r in o.failures],
+        })
+    return {"schema": 1, "tool": f"gpuemu {__version__}", "workspace": str(cfg.root), "mode": result.mode,
+            "seed": result.seed, "run_id": result.run_id, "status": result.status, "elapsed": result.elapsed,
+            "ops": ops}
+
+
+def _run_and_report(cfg: Config, args: argparse.Namespace, options: RunOptions, specs: dict[str, Any] | None = None,
+                    snapshots: dict[str, Any] | None = None) -> int:
+    plans = specs or {n: plan_op(cfg, cfg.op(n), options.mode, options.iterations, options.seed) for n in options.ops or []}
+    total = sum(len(v) for v in plans.values())
+    progress = Progress(total, enabled=not args.no_progress and args.format == "text" and not args.output)
+    options.on_case = lambda op, r, i, n: progress.case(op, r.status, i, n)
+    result = run_validation(cfg, options, specs_by_op=plans, snapshots=snapshots)
+    progress.close()
+    if args.format == "json":
+        _emit(json.dumps(outcome_json(result, cfg), indent=2, default=str), args.output)
+    else:
+        _emit(outcome_text(result, cfg, args.show), args.output)
+    return result.exit_code
+
+
+def _jobs(cfg: Config, args: argparse.Namespace) -> int:
+    return args.jobs or cfg.ci.parallel_jobs or 1
+
+
+# --- commands ---------------------------------------------------------------------------------
+
+def cmd_test(args: argparse.Namespace) -> int:
+    cfg = _config(args)
+    mode = args.mode or "thorough"
+    options = RunOptions(mode=mode, iterations=args.iterations, seed=args.seed, ops=_ops(cfg, args.op),
+                         jobs=_jobs(cfg, args), fail_fast=args.fail_fast, source="cli", command=_argv())
+    if not cfg.ops:
+        print(f"{cfg.path}: no [[ops]] to validate", file=sys.stderr)
+        return EXIT_FAIL
+    return _run_and_report(cfg, args, options)
+
+
+def cmd_fuzz(args: argparse.Namespace) -> int:
+    cfg = _config(args)
+    name = _ops(cfg, [args.op])[0]
+    op = cfg.op(name)
+    for flag, values, valid in (("--dtype", args.dtype, op.dtypes), ("--layout", args.layout, op.layouts),
+                                ("--distribution", args.distribution, op.distributions)):
+        for v in values or ():
+            if v not in valid:
+                raise UsageError(f"{flag} {v}: op {name!r} uses {', '.join(valid)}")
+    accept = mode_filter(op, dtypes=tuple(args.dtype) if args.dtype else None,
+                         layouts=tuple(args.layout) if args.layout else None,
+                         distributions=tuple(args.distribution) if args.distribution else None)
+    iterations = args.iterations or cfg.ci.fuzz_iterations
+    specs = {name: plan_op(cfg, op, "thorough", iterations, args.seed, accept)}
+    options = RunOptions(mode="fuzz", iterations=iterations, seed=args.seed, ops=[name], jobs=1,
+                         fail_fast=args.fail_fast, source="cli", command=_argv())
+    return _run_and_report(cfg, args, options, specs)
+
+
+def cmd_reproduce(args: argparse.Namespace) -> int:
+    cfg = _config(args)
+    name = _ops(cfg, [args.op])[0]
+    op = cfg.op(name)
+    store = Store.for_workspace(cfg.root)
+    spec, snapshot, source = replay_spec(cfg, op, args.seed, None if args.regenerate else store)
+    options = RunOptions(mode="reproduce", ops=[name], source="reproduce", command=_argv())
+    result = run_validation(cfg, options, store=store, specs_by_op={name: [spec]},
+                            snapshots={name: {spec.seed: snapshot}} if snapshot is not None else None)
+    outcome = result.outcomes[0]
+    case = outcome.cases[0] if outcome.cases else None
+    if args.format == "json":
+        print(json.dumps({"schema": 1, "op": name, "seed": args.seed, "source": source, "status": outcome.status,
+                          "case": case.to_dict() if case else None, "message": outcome.message}, indent=2, default=str))
+        return result.exit_code
+    print(f"op {name}, seed {args.seed}: inputs {source}")
+    print(f"  strategy={spec.strategy} dtype={spec.dtype} {spec.shape_text()} layout={spec.layout} "
+          f"dist={spec.distribution} dims={spec.dims}")
+    if case is None:
+        print(f"  {outcome.message}")
+        return result.exit_code
+    for cmp in case.comparisons:
+        print("  " + cmp.report().replace("\n", "\n  "))
+    for v in case.violations:
+        print(f"  invariant {v.invariant}: {v.message}")
+    if case.status == "passed":
+        print("PASSED: op and reference agree on these inputs")
+    else:
+        print(f"{'FAILED' if case.status == 'failed' else 'ERROR'} [{case.kind}]: {case.message.splitlines()[0]}")
+        if case.status == "error" and len(case.message.splitlines()) > 1:
+            print("  " + "\n  ".join(case.message.splitlines()[1:][-15:]))
+        if case.file:
+            print(f"  at {case.file}:{case.line}")
+        if case.stderr.strip():
+            print("  stderr:\n    " + "\n    ".join(case.stderr.strip().splitlines()[-10:]))
+    return result.exit_code
+
+
+def cmd_failures(args: argparse.Namespace) -> int:
+    cfg = _config(args)
+    store = Store.for_workspace(cfg.root)
+    since = time.time() - args.since_hours * 3600 if args.since_hours else None
+    if args.all or since is not None:
+        rows = store.cases(op=args.op, since=since, not_passed=True)
+    else:
+        rows = store.latest_failures(args.op)
+    if args.format == "json":
+        out = []
+        for r in rows:
+            d = dict(r)
+            for k in ("shapes", "dims", "tolerance", "detail"):
+                d[k] = json.loads(d[k]) if d.get(k) else None
+            d["replay"] = replay_command(r["op"], r["seed"], cfg.root, Path.cwd())
+            out.append(d)
+        print(json.dumps({"schema": 1, "failures": out}, indent=2, default=str))
+        return EXIT_OK
+    if not rows:
+        print("no failures stored" + (f" for op {args.op}" if args.op else "") +
+              ("" if store.count("runs") else " (nothing has run yet: gpuemu test)"))
+        return EXIT_OK
+    for r in rows:
+        print(row_line(r, cfg.root, Path.cwd()))
+    print(f"{len(rows)} failing cases")
+    return EXIT_OK
+
+
+def cmd_ops(args: argparse.Namespace) -> int:
+    cfg = _config(args)
+    latest: dict[str, dict[str, Any]] = {}
+    try:
+        latest = Store.for_workspace(cfg.root).latest_op_results(kind="op")
+    except StoreError:
+        pass
+    rows = []
+    for op in cfg.ops:
+        last = latest.get(op.name)
+        runner = op.op_script if op.execution_mode == "script_based" else (op.module or f"({op.execution_mode})")
+        rows.append({
+            "name": op.name, "kind": "op", "mode": op.execution_mode, "op": runner, "reference": op.reference,
+            "framework": op.framework, "inputs": {i.name: list(i.shape) for i in op.inputs},
+            "dims": {d.name: (list(d.candidates) if d.candidates else [d.min, d.max, d.default]) for d in op.dims.values()},
+            "dtypes": list(op.dtypes), "layouts": list(op.layouts),
+            "status": last["status"] if last else "never run", "message": last["message"] if last else "",
+        })
+    for k in cfg.kernels:
+        rows.append({"name": k.name, "kind": "kernel", "source": k.source, "status": "lint"})
+    if args.format == "json":
+        print(json.dumps({"schema": 1, "ops": rows}, indent=2))
+        return EXIT_OK
+    for r in rows:
+        if r["kind"] == "op":
+            shapes = " ".join(f"{n}{s}" for n, s in r["inputs"].items())
+            print(f"{r['name']:24} {r['status']:10} {r['mode']:12} {r['op']} vs {r['reference']}  "
+                  f"{shapes}  {','.join(r['dtypes'])}")
+        else:
+            print(f"{r['name']:24} {'kernel':10} {r['source']}")
+    return EXIT_OK
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    from .engine.init import write_starter
+
+    target = Path(args.path).expanduser().resolve()
+    written = write_starter(target, force=args.force)
+    for f in written:
+        print(f"wrote {f}")
+    print(f"next: cd {shlex.quote(str(target))} && gpuemu test")
+    return EXIT_OK
+
+
+COMMANDS = {"test": cmd_test, "fuzz": cmd_fuzz, "reproduce": cmd_reproduce, "failures": cmd_failures,
+            "ops": cmd_ops, "init": cmd_init}
+
+
+def _argv() -> str:
+    return shlex.join(["gpuemu", *sys.argv[1:]])
+
+
+def gpuemu_main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except ConfigError as exc:
+        print(str(exc), file=sys.stderr)
+        return EXIT_USAGE
+    except (UsageError, FileExistsError) as exc:
+        print(f"gpuemu {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except StoreError as exc:
+        print(f"gpuemu {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_FAIL
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def server_main(argv: Sequence[str] | None = None) -> int:
+    """``gpuemu-ls``: the language server; ``gpuemu-ls --check`` is the CI gate."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if "--check" in args:
+        from .gate import check_main
+
+        return check_main(args)
+    from .server import serve_main
+
+    return serve_main(args)
+
+
+def main() -> None:  # python -m gpuemu_ls.cli
+    sys.exit(gpuemu_main())
+
+
+if __name__ == "__main__":
+    main()
+
+

@@ -1,0 +1,74 @@
+"""Invariants: properties the output must have, checked only where the reference has them too.
+
+An invariant is a claim about the op (softmax rows sum to one, a gram matrix is symmetric). A
+correct kernel inherits the reference's exceptions (a fully masked row is NaN in both), so each
+check flags an element only when the op breaks the property and the reference keeps it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class Violation:
+    invariant: str
+    count: int
+    index: tuple[int, ...] | None
+    message: str
+
+    def to_dict(self) -> dict[str, object]:
+        return {"invariant": self.invariant, "count": self.count,
+                "index": list(self.index) if self.index is not None else None, "message": self.message}
+
+
+def _first(mask: np.ndarray) -> tuple[int, ...] | None:
+    if not mask.any():
+        return None
+    return tuple(int(i) for i in np.unravel_index(int(np.argmax(mask)), mask.shape))
+
+
+def check_invariants(names: tuple[str, ...], out: np.ndarray, ref: np.ndarray, first_input_shape: tuple[int, ...] | None,
+                     atol: float, rtol: float) -> list[Violation]:
+    """Violations of the named invariants by ``out`` (op output) that ``ref`` does not share."""
+    found: list[Violation] = []
+    o = np.asarray(out).astype(np.float64)
+    r = np.asarray(ref).astype(np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        for name in names:
+            if name == "shape_preserved":
+                if first_input_shape is not None and tuple(o.shape) != tuple(first_input_shape):
+                    found.append(Violation(name, 1, None, f"output shape {list(o.shape)} != input shape "
+                                           f"{list(first_input_shape)}"))
+                continue
+            if o.shape != r.shape:
+                continue  # the comparison reports the shape mismatch
+            if name == "finite":
+                bad = ~np.isfinite(o) & np.isfinite(r)
+                if bad.any():
+                    found.append(Violation(name, int(bad.sum()), _first(bad),
+                                           f"{int(bad.sum())} non-finite outputs where the reference is finite"))
+            elif name == "non_negative":
+                bad = (o < 0) & (r >= 0)
+                if bad.any():
+                    i = _first(bad)
+                    found.append(Violation(name, int(bad.sum()), i, f"{int(bad.sum())} negative outputs "
+                                           f"(first {o[i]:.6g} at {list(i)})" if i else "negative outputs"))
+            elif name == "normalized" and o.ndim >= 1 and o.shape[-1] > 0:
+                n = o.shape[-1]
+                bound = n * atol + rtol + 4 * n * np.finfo(np.float32).eps
+                so, sr = o.sum(axis=-1), r.sum(axis=-1)
+                bad = ~(np.abs(so - 1.0) <= bound) & (np.abs(sr - 1.0) <= bound)
+                if bad.any():
+                    i = _first(bad)
+                    found.append(Violation(name, int(bad.sum()), i, f"{int(bad.sum())} rows do not sum to 1 "
+                                           f"(row {list(i) if i else '?'} sums to {so[i]:.6g}, bound {bound:.3g})"))
+            elif name == "symmetric" and o.ndim >= 2 and o.shape[-1] == o.shape[-2]:
+                allowed = atol + rtol * np.abs(r)
+                bad = ~(np.abs(o - np.swapaxes(o, -1, -2)) <= allowed) & (np.abs(r - np.swapaxes(r, -1, -2)) <= allowed)
+                if bad.any():
+                    found.append(Violation(name, int(bad.sum()), _first(bad),
+                                           f"{int(bad.sum())} elements differ from their transpose"))
+    return found

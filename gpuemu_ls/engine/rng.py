@@ -1,0 +1,163 @@
+"""Deterministic random streams: the same bits on every machine and every numpy version.
+
+Why not ``numpy.random``: numpy guarantees its bit generators' raw streams but not the output of
+``Generator.normal`` and friends across versions, and libm's ``log``/``cos`` differ by an ulp between
+platforms. Every failure must replay from (op, seed) anywhere, so this module uses only:
+
+* SHA-256 to turn a key such as ``(seed, op, "dims")`` into a 64-bit stream key;
+* SplitMix64 over a counter (integer arithmetic modulo 2**64) for raw 64-bit words;
+* correctly rounded IEEE-754 operations (+, -, *, /, sqrt, frexp/ldexp) to make floats from them.
+
+Uniforms are ``(w >> 11 + 0.5) * 2**-53``, in (0, 1) and exact. Normals invert the normal CDF with
+Wichura's AS241 (the algorithm of ``statistics.NormalDist.inv_cdf``), whose tails need a logarithm:
+:func:`det_log` computes it from ``frexp`` and a fixed odd series, so it is bit-exact too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import TypeVar
+
+import numpy as np
+
+T = TypeVar("T")
+
+_GAMMA = np.uint64(0x9E3779B97F4A7C15)
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+
+
+def stream_key(*parts: object) -> int:
+    """A 64-bit key from any printable parts (joined unambiguously, hashed with SHA-256)."""
+    text = "\x1f".join(f"{type(p).__name__}:{p}" for p in parts)
+    return int.from_bytes(hashlib.sha256(text.encode("utf-8")).digest()[:8], "little")
+
+
+def splitmix64(key: int, start: int, n: int) -> np.ndarray:
+    """Words ``start .. start+n-1`` of the SplitMix64 sequence seeded with ``key`` (uint64 array)."""
+    with np.errstate(over="ignore"):
+        ctr = np.arange(start + 1, start + n + 1, dtype=np.uint64)
+        z = np.uint64(key) + ctr * _GAMMA
+        z = (z ^ (z >> np.uint64(30))) * _M1
+        z = (z ^ (z >> np.uint64(27))) * _M2
+        return z ^ (z >> np.uint64(31))
+
+
+_LN2_HI = 6.93147180369123816490e-01  # ln 2 split so that e * _LN2_HI is exact for |e| < 2**20
+_LN2_LO = 1.90821492927058770002e-10
+_SQRT_HALF = 0.70710678118654752440
+
+
+def det_log(x: np.ndarray) -> np.ndarray:
+    """Natural log of positive finite float64 values with only exact-rounding operations.
+
+    x = m * 2**e with m in [sqrt(1/2), sqrt(2)); log m = 2 atanh(s), s = (m-1)/(m+1), |s| < 0.172,
+    summed to s**23 (relative error below 2**-53 over the interval).
+    """
+    m, e = np.frexp(np.asarray(x, dtype=np.float64))
+    low = m < _SQRT_HALF
+    m = np.where(low, m * 2.0, m)
+    e = (e - low.astype(e.dtype)).astype(np.float64)
+    s = (m - 1.0) / (m + 1.0)
+    s2 = s * s
+    poly = 1.0 / 23.0
+    for k in range(21, 0, -2):
+        poly = poly * s2 + 1.0 / k
+    return (e * _LN2_HI) + ((2.0 * s * poly) + e * _LN2_LO)
+
+
+# Wichura, Algorithm AS241 (PPND16), Applied Statistics 37 (1988): the inverse normal CDF.
+_A = (3.3871328727963666080e0, 1.3314166789178437745e2, 1.9715909503065514427e3, 1.3731693765509461125e4,
+      4.5921953931549871457e4, 6.7265770927008700853e4, 3.3430575583588128105e4, 2.5090809287301226727e3)
+_B = (1.0, 4.2313330701600911252e1, 6.8718700749205790830e2, 5.3941960214247511077e3,
+      2.1213794301586595867e4, 3.9307895800092710610e4, 2.8729085735721942674e4, 5.2264952788528545610e3)
+_C = (1.42343711074968357734e0, 4.63033784615654529590e0, 5.76949722146069140550e0, 3.64784832476320460504e0,
+      1.27045825245236838258e0, 2.41780725177450611770e-1, 2.27238449892691845833e-2, 7.74545014278341407640e-4)
+_D = (1.0, 2.05319162663775882187e0, 1.67638483018380384940e0, 6.89767334985100004550e-1,
+      1.48103976427480074590e-1, 1.51986665636164571966e-2, 5.47593808499534494600e-4, 1.05075007164441684324e-9)
+_E = (6.65790464350110377720e0, 5.46378491116411436990e0, 1.78482653991729133580e0, 2.96560571828504891230e-1,
+      2.65321895265761230930e-2, 1.24266094738807843860e-3, 2.71155556874348757815e-5, 2.01033439929228813265e-7)
+_F = (1.0, 5.99832206555887937690e-1, 1.36929880922735805310e-1, 1.48753612908506148525e-2,
+      7.86869131145613259100e-4, 1.84631831751005468180e-5, 1.42151175831644588870e-7, 2.04426310338993978564e-15)
+
+
+def _horner(coef: Sequence[float], r: np.ndarray) -> np.ndarray:
+    acc = np.full_like(r, coef[-1])
+    for c in reversed(coef[:-1]):
+        acc = acc * r + c
+    return acc
+
+
+def inv_normal_cdf(p: np.ndarray) -> np.ndarray:
+    """Quantiles of N(0, 1) for p in (0, 1), bit-exact (AS241 with :func:`det_log`)."""
+    p = np.asarray(p, dtype=np.float64)
+    q = p - 0.5
+    out = np.empty_like(p)
+    central = np.abs(q) <= 0.425
+    if central.any():
+        qc = q[central]
+        r = 0.180625 - qc * qc
+        out[central] = qc * _horner(_A, r) / _horner(_B, r)
+    tail = ~central
+    if tail.any():
+        qt = q[tail]
+        r = np.where(qt < 0.0, p[tail], 1.0 - p[tail])
+        r = np.sqrt(-det_log(r))
+        near = r <= 5.0
+        val = np.where(near, _horner(_C, r - 1.6) / _horner(_D, r - 1.6),
+                       _horner(_E, r - 5.0) / _horner(_F, r - 5.0))
+        out[tail] = np.where(qt < 0.0, -val, val)
+    return out
+
+
+class Stream:
+    """A sequential reader over one keyed SplitMix64 sequence."""
+
+    def __init__(self, *key_parts: object) -> None:
+        self.key = stream_key(*key_parts)
+        self.pos = 0
+
+    def words(self, n: int) -> np.ndarray:
+        out = splitmix64(self.key, self.pos, n)
+        self.pos += n
+        return out
+
+    def uniform(self, n: int) -> np.ndarray:
+        """n floats in (0, 1), exact multiples of 2**-53 plus half a step."""
+        w = self.words(n) >> np.uint64(11)
+        return (w.astype(np.float64) + 0.5) * 2.0**-53
+
+    def normal(self, n: int) -> np.ndarray:
+        return inv_normal_cdf(self.uniform(n))
+
+    def integers(self, lo: int, hi: int, n: int) -> np.ndarray:
+        """n integers uniform in [lo, hi) (int64); hi - lo must be below 2**53."""
+        span = hi - lo
+        if span <= 0:
+            raise ValueError(f"empty integer range [{lo}, {hi})")
+        return lo + np.floor(self.uniform(n) * span).astype(np.int64)
+
+    def integer(self, lo: int, hi: int) -> int:
+        return int(self.integers(lo, hi, 1)[0])
+
+    def choice(self, options: Sequence[T]) -> T:
+        return options[self.integer(0, len(options))]
+
+    def chance(self, p: float) -> bool:
+        return bool(self.uniform(1)[0] < p)
+
+    def permutation(self, n: int) -> list[int]:
+        """Fisher-Yates over range(n)."""
+        items = list(range(n))
+        for i in range(n - 1, 0, -1):
+            j = self.integer(0, i + 1)
+            items[i], items[j] = items[j], items[i]
+        return items
+
+
+def log2_floor(n: int) -> int:
+    return n.bit_length() - 1 if n > 0 else 0
+
+
+__all__ = ["Stream", "det_log", "inv_normal_cdf", "log2_floor", "splitmix64", "stream_key"]

@@ -1,0 +1,218 @@
+"""Things that turn inputs into outputs: an in-process ``module:function``, or a protocol script.
+
+Scripts run unchanged but warm: :class:`ScriptRunner` executes the script's file with ``runpy`` in
+the current (worker) process for every call, with ``sys.stdin``/``sys.stdout`` swapped for
+in-memory buffers holding the protocol JSON. numpy and the script's own imports are loaded once, so a
+call costs the script's own work, not a Python start. A script that raises, calls ``sys.exit`` with a
+non-zero status, or prints junk raises :class:`CallError` with a kind and the tail of its stderr;
+one that kills the process (``os._exit``, a segfault) takes the worker down and the supervisor
+reports it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import io
+import sys
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import wire
+from .frameworks import Adapter
+
+STDERR_TAIL = 2000
+
+
+@dataclass
+class CallError(Exception):
+    """A call that produced no usable output: ``kind`` is raised|exit|bad_output|import."""
+
+    kind: str
+    message: str
+    file: str | None = None
+    line: int | None = None
+    stderr: str = ""
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def user_frame(tb: Any, root: Path) -> tuple[str | None, int | None]:
+    """The innermost traceback frame inside the workspace (where the user's bug is)."""
+    found: tuple[str | None, int | None] = (None, None)
+    for frame in traceback.extract_tb(tb):
+        try:
+            if Path(frame.filename).resolve().is_relative_to(root):
+                found = (frame.filename, frame.lineno)
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def _exception_text(exc: BaseException, limit: int = 12) -> str:
+    lines = traceback.format_exception(type(exc), exc, exc.__traceback__, limit=-limit)
+    return "".join(lines).strip()
+
+
+def load_callable(root: Path, ref: str) -> Callable[..., Any]:
+    """Import ``module:function`` with the workspace root first on sys.path."""
+    mod_name, func_name = ref.split(":", 1)
+    root_s = str(root)
+    if root_s not in sys.path:
+        sys.path.insert(0, root_s)
+    try:
+        module = importlib.import_module(mod_name)
+    except BaseException as exc:  # a module may raise anything, SystemExit included, at import
+        file, line = user_frame(exc.__traceback__, root)
+        if isinstance(exc, SyntaxError) and exc.filename:
+            file, line = exc.filename, exc.lineno
+        raise CallError("import", f"importing {mod_name!r} failed: {type(exc).__name__}: {exc}\n"
+                        f"{_exception_text(exc)}", file, line) from None
+    try:
+        fn = getattr(module, func_name)
+    except AttributeError:
+        raise CallError("import", f"module {mod_name!r} has no attribute {func_name!r}",
+                        getattr(module, "__file__", None)) from None
+    if not callable(fn):
+        raise CallError("import", f"{ref} is a {type(fn).__name__}, not a function", getattr(module, "__file__", None))
+    return fn
+
+
+def as_outputs(value: Any, adapter: Adapter, who: str) -> dict[str, np.ndarray]:
+    """Name a callable's return value: an array is ``result``; a dict keeps its names; a tuple is ``result0..``."""
+    if isinstance(value, dict):
+        if not value:
+            raise CallError("bad_output", f"{who} returned an empty dict")
+        items = list(value.items())
+    elif isinstance(value, (tuple, list)) and value and not isinstance(value[0], (int, float)):
+        items = [(f"result{i}", v) for i, v in enumerate(value)]
+    else:
+        items = [("result", value)]
+    out: dict[str, np.ndarray] = {}
+    for name, v in items:
+        if v is None:
+            raise CallError("bad_output", f"{who} returned None" + (f" for output {name!r}" if name != "result" else "")
+                            + " (did it write into a buffer and forget to return it?)")
+        try:
+            arr = adapter.to_numpy(v)
+        except Exception as exc:
+            raise CallError("bad_output", f"{who} returned {type(v).__name__}, not a tensor: {exc}") from None
+        if arr.dtype == object or arr.dtype.kind in "USO" or (arr.dtype.kind == "V" and arr.dtype.names):
+            raise CallError("bad_output", f"{who} returned an array of {arr.dtype} for {name!r}, not numbers")
+        out[str(name)] = arr
+    return out
+
+
+class Runner:
+    """Calls an op or a reference: named numpy inputs in, named numpy outputs out."""
+
+    where: str = ""
+
+    def call(self, inputs: dict[str, np.ndarray], kwargs: dict[str, Any]) -> dict[str, np.ndarray]:
+        raise NotImplementedError
+
+
+class CallableRunner(Runner):
+    """``function(*inputs, **kwargs)`` in this process, inputs converted to the op's framework."""
+
+    def __init__(self, root: Path, ref: str, order: tuple[str, ...], adapter: Adapter, who: str) -> None:
+        self.root = root
+        self.ref = ref
+        self.order = order
+        self.adapter = adapter
+        self.who = who
+        self.fn = load_callable(root, ref)
+        code = getattr(self.fn, "__code__", None)
+        self.where = f"{code.co_filename}:{code.co_firstlineno}" if code else ref
+
+    def call(self, inputs: dict[str, np.ndarray], kwargs: dict[str, Any]) -> dict[str, np.ndarray]:
+        args = [self.adapter.from_numpy(inputs[n]) for n in self.order]
+        try:
+            value = self.fn(*args, **kwargs)
+            value = self.adapter.synchronize(value)
+        except BaseException as exc:  # SystemExit and KeyboardInterrupt from user code are results too
+            if isinstance(exc, KeyboardInterrupt) and not _from_user(exc, self.root):
+                raise
+            file, line = user_frame(exc.__traceback__, self.root)
+            kind = "exit" if isinstance(exc, SystemExit) else "raised"
+            raise CallError(kind, f"{self.who} raised {type(exc).__name__}: {exc}\n{_exception_text(exc)}",
+                            file, line) from None
+        return as_outputs(value, self.adapter, self.who)
+
+
+def _from_user(exc: BaseException, root: Path) -> bool:
+    return user_frame(exc.__traceback__, root)[0] is not None
+
+
+class _StdinText(io.TextIOWrapper):
+    """What a script sees as sys.stdin: text with a ``.buffer``, like the real thing."""
+
+
+class ScriptRunner(Runner):
+    """A protocol script executed warm in this process, once per call, unchanged."""
+
+    def __init__(self, root: Path, rel: str, who: str, *, strides: bool = False) -> None:
+        self.root = root
+        self.path = (root / rel).resolve()
+        self.who = who
+        self.strides = strides
+        self.where = f"{self.path}:1"
+        if not self.path.is_file():
+            raise CallError("import", f"{who} script {rel!r} not found ({self.path})", str(self.path), 1)
+        try:  # compile once: a syntax error is an import error with its line
+            self.code = compile(self.path.read_text(encoding="utf-8"), str(self.path), "exec")
+        except SyntaxError as exc:
+            raise CallError("import", f"{who} script {rel!r} has a syntax error: {exc.msg}", str(self.path),
+                            exc.lineno) from None
+
+    def call(self, inputs: dict[str, np.ndarray], kwargs: dict[str, Any]) -> dict[str, np.ndarray]:
+        request = wire.encode_request(inputs, kwargs, strides=self.strides).encode("utf-8")
+        stdin = _StdinText(io.BytesIO(request), encoding="utf-8")
+        out_bytes = io.BytesIO()
+        stdout = io.TextIOWrapper(out_bytes, encoding="utf-8", write_through=True)
+        stderr = io.StringIO()
+        saved = sys.stdin, sys.stdout, sys.stderr, sys.argv
+        sys.stdin, sys.stdout, sys.stderr, sys.argv = stdin, stdout, stderr, [str(self.path)]
+        status: int | str | None = 0
+        error: BaseException | None = None
+        try:
+            run_globals = {"__name__": "__main__", "__file__": str(self.path), "__builtins__": __builtins__}
+            exec(self.code, run_globals)
+        except SystemExit as exc:
+            status = exc.code
+        except BaseException as exc:
+            if isinstance(exc, KeyboardInterrupt) and not _from_user(exc, self.root):
+                raise
+            error = exc
+        finally:
+            try:
+                stdout.flush()
+            except ValueError:
+                pass
+            sys.stdin, sys.stdout, sys.stderr, sys.argv = saved
+        err_tail = stderr.getvalue()[-STDERR_TAIL:]
+        if error is not None:
+            file, line = user_frame(error.__traceback__, self.root)
+            raise CallError("raised", f"{self.who} script raised {type(error).__name__}: {error}\n"
+                            f"{_exception_text(error)}", file or str(self.path), line, err_tail)
+        if status not in (0, None):
+            raise CallError("exit", f"{self.who} script exited with status {status}", str(self.path), None, err_tail)
+        try:
+            return wire.decode_response(out_bytes.getvalue().decode("utf-8", errors="replace"))
+        except wire.ProtocolError as exc:
+            raise CallError("bad_output", f"{self.who} script: {exc}", str(self.path), None, err_tail) from None
+
+
+def promote(arr: np.ndarray) -> np.ndarray:
+    """What the reference receives: floats as contiguous float64, other dtypes as contiguous copies."""
+    if arr.dtype.kind == "f" or arr.dtype.name == "bfloat16":
+        return np.ascontiguousarray(arr, dtype=np.float64)
+    return np.ascontiguousarray(arr)
+
+
+__all__ = ["CallError", "CallableRunner", "Runner", "ScriptRunner", "load_callable", "promote", "user_frame"]

@@ -1,0 +1,317 @@
+"""Validate ops: plan their cases, run them in worker processes, score them, store them.
+
+This is the one entry point the CLI, the CI gate, the language server and the Python API call. Ops
+run in parallel (one worker process per job); within an op, cases run in order so a replay sees the
+same sequence. A worker that crashes or hangs costs one case, never the run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .case import CaseResult
+from .config import Config, OpConfig
+from .generate import generate_inputs
+from .plan import QUICK_STRATEGIES, CaseSpec, derive_case, iter_seeds, mode_filter
+from .store import Store
+from .supervisor import Cancelled, SetupFailed, Worker, WorkerLost
+
+MODES = ("quick", "thorough")
+
+
+@dataclass
+class RunOptions:
+    mode: str = "thorough"
+    iterations: int | None = None
+    seed: int | None = None
+    ops: list[str] | None = None
+    jobs: int = 1
+    fail_fast: bool = False
+    time_budget: float | None = None  # seconds per op (thorough_timeout)
+    source: str = "cli"
+    command: str = ""
+    store: bool = True
+    cancel: threading.Event | None = None
+    on_case: Callable[[str, CaseResult, int, int], None] | None = None
+    on_op_start: Callable[[str, int], None] | None = None
+    on_op: Callable[[OpOutcome], None] | None = None
+
+
+@dataclass
+class OpOutcome:
+    """An op's verdict over its cases."""
+
+    op: str
+    status: str  # passed | failed | error | not_run | cancelled
+    cases: list[CaseResult] = field(default_factory=list)
+    planned: int = 0
+    message: str = ""
+    setup_error: dict[str, Any] | None = None
+    elapsed: float = 0.0
+    stopped: str | None = None
+    diagnosis: str = ""
+
+    def count(self, status: str) -> int:
+        return sum(1 for c in self.cases if c.status == status)
+
+    @property
+    def failures(self) -> list[CaseResult]:
+        return [c for c in self.cases if c.status != "passed"]
+
+    def stats(self) -> dict[str, Any]:
+        def mx(key: str) -> float | None:
+            vals = [c.stats()[key] for c in self.cases if c.stats()[key] is not None]
+            return max(vals) if vals else None  # type: ignore[type-var]
+
+        return {k: mx(k) for k in ("max_abs", "max_rel", "max_ulp", "max_ratio")}
+
+
+@dataclass
+class RunResult:
+    run_id: str | None
+    mode: str
+    seed: int
+    outcomes: list[OpOutcome]
+    elapsed: float = 0.0
+    cancelled: bool = False
+
+    @property
+    def status(self) -> str:
+        statuses = {o.status for o in self.outcomes}
+        for s in ("failed", "error", "not_run", "cancelled"):
+            if s in statuses:
+                return s
+        return "passed"
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.status == "passed" and self.outcomes else 1
+
+
+def config_hash(config: Config) -> str:
+    try:
+        return hashlib.sha256(config.path.read_bytes()).hexdigest()[:16]
+    except OSError:
+        return ""
+
+
+def plan_op(config: Config, op: OpConfig, mode: str, iterations: int | None, seed: int | None,
+            accept: Callable[[CaseSpec], bool] | None = None) -> list[CaseSpec]:
+    """The cases a run of ``op`` in ``mode`` covers (pinned seeds first); ``accept`` narrows thorough runs."""
+    base = config.validation.seed if seed is None else seed
+    if mode == "quick":
+        n = iterations or config.ci.quick_iterations
+        return list(iter_seeds(op, base, n, accept=mode_filter(op, dtypes=config.ci.quick_dtypes,
+                                                                strategies=QUICK_STRATEGIES)))
+    n = iterations or op.iterations or config.validation.iterations
+    return list(iter_seeds(op, base, n, accept=accept))
+
+
+def case_timeout(config: Config, op: OpConfig) -> float:
+    return op.timeout or config.validation.timeout
+
+
+def op_status(cases: list[CaseResult]) -> str:
+    if any(c.status == "failed" for c in cases):
+        return "failed"
+    if any(c.status == "error" for c in cases):
+        return "error"
+    return "passed" if cases else "not_run"
+
+
+class _Workers:
+    """One reusable worker per job thread, replaced when it dies."""
+
+    def __init__(self, config: Config, cancel: threading.Event | None) -> None:
+        self.config = config
+        self.cancel = cancel
+        self.local = threading.local()
+        self.all: list[Worker] = []
+        self.lock = threading.Lock()
+
+    def get(self) -> Worker:
+        w: Worker | None = getattr(self.local, "worker", None)
+        if w is None or not w.alive():
+            w = Worker(memory_mb=self.config.validation.memory_limit_mb, cancel=self.cancel)
+            self.local.worker = w
+            with self.lock:
+                self.all.append(w)
+        return w
+
+    def drop(self) -> None:
+        w = getattr(self.local, "worker", None)
+        if w is not None:
+            w.kill()
+        self.local.worker = None
+
+    def close(self) -> None:
+        with self.lock:
+            for w in self.all:
+                w.close()
+            self.all.clear()
+
+
+def run_op(config: Config, op: OpConfig, specs: list[CaseSpec], workers: _Workers, options: RunOptions,
+           snapshots: dict[int, dict[str, np.ndarray]] | None = None) -> OpOutcome:
+    """Run ``specs`` of one op in a worker; crashes and timeouts become error cases and a new worker."""
+    start = time.monotonic()
+    outcome = OpOutcome(op.name, "not_run", planned=len(specs))
+    if not op.runnable:
+        outcome.message = (f"execution_mode = {op.execution_mode!r} and no module: the op runs in the client's "
+                           "process (Python API); nothing runnable here")
+        return outcome
+    timeout = case_timeout(config, op)
+    worker: Worker | None = None
+
+    def ready_worker() -> Worker:
+        w = workers.get()
+        if w.op_name != op.name:
+            w.setup(config.root, op, config.validation, timeout)
+        return w
+
+    for i, spec in enumerate(specs):
+        snapshot = (snapshots or {}).get(spec.seed)
+        try:
+            worker = ready_worker()
+            result = worker.run_case(spec, snapshot, timeout)
+        except SetupFailed as exc:
+            outcome.status = "error"
+            outcome.setup_error = exc.info
+            outcome.message = exc.info.get("message", "setup failed")
+            workers.drop()
+            break
+        except WorkerLost as exc:
+            workers.drop()
+            result = _lost_case(op, spec, snapshot, exc)
+            if exc.phase == "setup":
+                outcome.status = "error"
+                outcome.setup_error = {"kind": f"import_{exc.kind}", "message": exc.message, "stderr": exc.stderr}
+                outcome.message = f"loading the op or its reference: {exc.message}"
+                break
+        except Cancelled:
+            workers.drop()
+            outcome.status = "cancelled"
+            outcome.stopped = "cancelled"
+            break
+        outcome.cases.append(result)
+        if options.on_case:
+            options.on_case(op.name, result, i + 1, len(specs))
+        if options.fail_fast and result.status != "passed":
+            outcome.stopped = "fail-fast"
+            break
+        if options.time_budget and time.monotonic() - start > options.time_budget and i + 1 < len(specs):
+            outcome.stopped = f"time budget of {options.time_budget:g} s spent after {i + 1}/{len(specs)} cases"
+            break
+    outcome.elapsed = time.monotonic() - start
+    if outcome.status not in ("error", "cancelled"):
+        outcome.status = op_status(outcome.cases)
+    elif outcome.status == "error" and any(c.status == "failed" for c in outcome.cases):
+        outcome.status = "failed"
+    if not outcome.message:
+        outcome.message = _op_message(outcome)
+    return outcome
+
+
+def _lost_case(op: OpConfig, spec: CaseSpec, snapshot: dict[str, np.ndarray] | None, exc: WorkerLost) -> CaseResult:
+    who = "reference" if exc.phase == "reference" else "op"
+    kind = f"{who}_{exc.kind}"
+    if snapshot is None:
+        try:
+            snapshot = generate_inputs(op, spec).logical
+        except Exception:
+            snapshot = None
+    what = "crashed" if exc.kind == "crash" else "timed out"
+    return CaseResult(op.name, spec.seed, spec, "error", kind, f"the {who} {what}: {exc.message}",
+                      stderr=exc.stderr[-2000:], snapshot=snapshot, from_snapshot=False)
+
+
+def _op_message(o: OpOutcome) -> str:
+    n = len(o.cases)
+    parts = [f"{o.count('passed')}/{n} passed"]
+    if o.count("failed"):
+        parts.append(f"{o.count('failed')} failed")
+    if o.count("error"):
+        parts.append(f"{o.count('error')} errors")
+    if o.stopped:
+        parts.append(f"stopped: {o.stopped}")
+    return ", ".join(parts)
+
+
+def run_validation(config: Config, options: RunOptions, *, store: Store | None = None,
+                   specs_by_op: dict[str, list[CaseSpec]] | None = None,
+                   snapshots: dict[str, dict[int, dict[str, np.ndarray]]] | None = None) -> RunResult:
+    """Validate the selected ops of a workspace; write every case to the store as it finishes an op."""
+    from .diagnose import diagnose  # late: diagnose depends on OpOutcome
+
+    t0 = time.monotonic()
+    names = options.ops or [o.name for o in config.ops]
+    ops = [config.op(n) for n in names]
+    seed = config.validation.seed if options.seed is None else options.seed
+    plans = specs_by_op or {op.name: plan_op(config, op, options.mode, options.iterations, options.seed) for op in ops}
+    run_id = None
+    if options.store and store is None:
+        store = Store.for_workspace(config.root)
+    if options.store and store is not None:
+        run_id = store.begin_run(source=options.source, mode=options.mode, seed=seed, iterations=options.iterations,
+                                 workspace=config.root, config_hash=config_hash(config), command=options.command)
+    workers = _Workers(config, options.cancel)
+    store_lock = threading.Lock()
+
+    def one(op: OpConfig) -> OpOutcome:
+        specs = plans.get(op.name, [])
+        if options.on_op_start:
+            options.on_op_start(op.name, len(specs))
+        outcome = run_op(config, op, specs, workers, options, (snapshots or {}).get(op.name))
+        outcome.diagnosis = diagnose(outcome, op)
+        if store is not None and run_id is not None and outcome.status != "cancelled":
+            with store_lock:
+                store.add_cases(run_id, outcome.cases, max_snapshots=config.validation.max_failure_snapshots)
+                store.add_op_result(
+                    run_id, op.name, "op", outcome.status, cases=len(outcome.cases), passed=outcome.count("passed"),
+                    failed=outcome.count("failed"), errors=outcome.count("error"), stats=outcome.stats(),
+                    duration=outcome.elapsed, message=outcome.message, diagnosis=outcome.diagnosis,
+                    detail={"setup_error": outcome.setup_error, "stopped": outcome.stopped, "planned": outcome.planned,
+                            "mode": options.mode})
+        if options.on_op:
+            options.on_op(outcome)
+        return outcome
+
+    try:
+        jobs = max(1, min(options.jobs, len(ops) or 1))
+        if jobs == 1:
+            outcomes = [one(op) for op in ops]
+        else:
+            with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="gpuemu-op") as pool:
+                outcomes = list(pool.map(one, ops))
+    finally:
+        workers.close()
+    result = RunResult(run_id, options.mode, seed, outcomes, time.monotonic() - t0,
+                       cancelled=any(o.status == "cancelled" for o in outcomes))
+    if store is not None and run_id is not None:
+        store.finish_run(run_id, "cancelled" if result.cancelled else result.status)
+    return result
+
+
+def replay_spec(config: Config, op: OpConfig, seed: int, store: Store | None) -> tuple[CaseSpec, dict[str, np.ndarray] | None, str]:
+    """The case (op, seed) names: from the store's snapshot when there is one, else regenerated."""
+    import json
+
+    if store is not None:
+        row = store.find_case(op.name, seed)
+        if row is not None and row.get("snapshot_id"):
+            snap = store.load_snapshot(row["snapshot_id"])
+            detail = json.loads(row["detail"] or "{}")
+            if snap is not None and detail.get("spec"):
+                return CaseSpec.from_dict(detail["spec"]), snap, f"stored snapshot {row['snapshot_id'][:12]}"
+    return derive_case(op, seed), None, "regenerated from (op, seed)"
+
+
+__all__ = ["MODES", "OpOutcome", "RunOptions", "RunResult", "plan_op", "replay_spec", "run_op", "run_validation"]
