@@ -86,6 +86,26 @@ def find_condition(bad: list[CaseResult], good: list[CaseResult]) -> Predicate |
     return None
 
 
+def find_necessary(bad: list[CaseResult], good: list[CaseResult]) -> tuple[Predicate, int] | None:
+    """A predicate every bad case satisfies and at most half the good ones do (fewest first), with that count.
+
+    Bugs hide on some inputs (a tail error multiplied by zeros, a NaN row that is NaN in both): then no
+    condition separates exactly, but one is still *necessary*, and that is worth saying.
+    """
+    if not bad or not good:
+        return None
+    scored = []
+    for p in _candidates(bad + good):
+        if all(p.test(c) for c in bad):
+            hits = sum(1 for c in good if p.test(c))
+            if hits <= len(good) // 2:
+                scored.append((hits, p.rank, p.block or 0, p))
+    if not scored:
+        return None
+    hits, _, _, pred = min(scored, key=lambda t: t[:3])
+    return pred, hits
+
+
 def _axis_of(case: CaseResult, op: OpConfig, dim: str, shape: tuple[int, ...]) -> int | None:
     """Which output axis is ``dim`` in this case (by the first input's symbols, else by a unique size)."""
     if op.inputs:
@@ -137,7 +157,7 @@ def _location(bad: list[CaseResult], op: OpConfig, cond: Predicate | None) -> li
             elif idx[0] == 0 and idx[-1] == len(counts) - 1:
                 whole += 1
         if tails and tails == len(comps):
-            v, t = starts[0]
+            v, t = max(starts)
             notes.append(f"errors only in {cond.dim} >= the last multiple of {cond.block} (e.g. {cond.dim}={v}: "
                          f"indices >= {t}, the last partial block): likely a missing tail mask")
         elif whole and whole + tails == len(comps):
@@ -179,8 +199,14 @@ def _scale_hint(bad: list[CaseResult], medians: list[float]) -> str:
     return ""
 
 
+_NUMERIC = {"mismatch", "unexpected_nan", "unexpected_inf", "missing_nan"}
+
+
 def _hint(cond: Predicate, kinds: set[str]) -> str:
-    k = cond.kind
+    """What a condition usually means, for wrong answers only (errors say what happened instead)."""
+    if not kinds <= _NUMERIC:
+        return ""
+    k = cond.kind.split("+")[0]
     if k == "always":
         return "wrong on every input: a systematic error (missing scale, wrong constant or formula)"
     if k == "layout":
@@ -210,6 +236,20 @@ def _hint(cond: Predicate, kinds: set[str]) -> str:
     return ""
 
 
+def _error_summary(errors: list[CaseResult]) -> str:
+    """The most common error, as what happened (crash, timeout, exception) rather than a guess at why."""
+    counts: dict[str, int] = {}
+    first: dict[str, CaseResult] = {}
+    for c in errors:
+        counts[c.kind or "error"] = counts.get(c.kind or "error", 0) + 1
+        first.setdefault(c.kind or "error", c)
+    kind = max(counts, key=lambda k: counts[k])
+    c = first[kind]
+    msg = (c.message or "").strip().splitlines()[0] if (c.message or "").strip() else kind
+    where = f" at {c.file}" + (f":{c.line}" if c.line else "") if c.file else ""
+    return f"{kind} ({counts[kind]}/{len(errors)}): {msg[:160]}{where}"
+
+
 def diagnose_cases(cases: list[CaseResult], op: OpConfig) -> str:
     """The diagnosis line for a set of cases ('' when everything passed)."""
     failed = [c for c in cases if c.status == "failed"]
@@ -218,21 +258,30 @@ def diagnose_cases(cases: list[CaseResult], op: OpConfig) -> str:
     bad = failed or errors
     if not bad:
         return ""
-    verb = "fails" if failed else "errors"
+    verb, noun = ("fails", "failing") if failed else ("errors", "erroring")
     good = passed if failed else passed + failed
     cond = find_condition(bad, good)
     kinds = {c.kind or "" for c in bad}
-    if cond is None:
-        line = f"no simple condition found ({len(bad)}/{len(cases)} cases {'failing' if failed else 'erroring'})"
-    elif cond.kind == "always":
+    if cond is not None and cond.kind == "always":
         line = f"{verb} on every case ({len(bad)}/{len(cases)})"
+    elif cond is not None:
+        line = f"{verb} iff {cond.text} ({len(bad)}/{len(bad)} {noun}, 0/{len(good)} passing)"
     else:
-        line = f"{verb} iff {cond.text} ({len(bad)}/{len(bad)} {'failing' if failed else 'erroring'}, 0/{len(good)} passing)"
-    notes = _location(bad, op, cond) if failed else []
-    hint = _hint(cond, kinds) if cond is not None else ""
-    parts = [line, *notes]
-    if hint and not any(hint.split(":")[0] in n for n in notes):
-        parts.append(hint)
+        necessary = find_necessary(bad, good)
+        if necessary is not None:
+            cond, hits = necessary
+            line = (f"{verb} only if {cond.text} ({len(bad)}/{len(bad)} {noun}; {hits}/{len(good)} passing cases "
+                    "also satisfy it, the bug hides on some inputs)")
+        else:
+            line = f"no simple condition found ({len(bad)}/{len(cases)} cases {noun})"
+    parts = [line]
+    if failed:
+        parts += _location(bad, op, cond)
+        hint = _hint(cond, kinds) if cond is not None else ""
+        if hint and not any(hint.split(":")[0] in n for n in parts[1:]):
+            parts.append(hint)
+    else:
+        parts.append(_error_summary(errors))
     return "; ".join(parts)
 
 

@@ -72,8 +72,18 @@ def case_line(r: CaseResult, root: Path | None = None, cwd: Path | None = None) 
     """One failure line from a live result."""
     st = r.stats()
     return failure_line(r.op, r.status, r.kind, r.seed, r.spec.dtype, r.spec.shape_text(), r.spec.layout,
-                        r.spec.distribution, error_text(st["max_abs"], r.tolerance, st["max_ratio"]) if r.status ==
-                        "failed" else _first_line(r.message), replay_command(r.op, r.seed, root, cwd))
+                        r.spec.distribution, _detail(r.kind, r.message, st["max_abs"], r.tolerance, st["max_ratio"]),
+                        replay_command(r.op, r.seed, root, cwd))
+
+
+_NUMERIC = ("mismatch", "unexpected_nan", "unexpected_inf", "missing_nan")
+
+
+def _detail(kind: str | None, message: str, max_abs: float | None, tolerance: Any, max_ratio: float | None) -> str:
+    """Error against tolerance for wrong values; the message for everything else."""
+    if kind in _NUMERIC and max_abs is not None:
+        return error_text(max_abs, tolerance, max_ratio)
+    return _first_line(message)
 
 
 def row_line(row: dict[str, Any], root: Path | None = None, cwd: Path | None = None) -> str:
@@ -81,8 +91,7 @@ def row_line(row: dict[str, Any], root: Path | None = None, cwd: Path | None = N
     shapes = json.loads(row["shapes"] or "{}")
     shape_text = " ".join(f"{k}={v}" for k, v in shapes.items())
     tol = json.loads(row["tolerance"]) if row.get("tolerance") else None
-    detail = error_text(row["max_abs"], tol, row["max_ratio"]) if row["status"] == "failed" else \
-        _first_line(row["message"] or "")
+    detail = _detail(row["kind"], row["message"] or "", row["max_abs"], tol, row["max_ratio"])
     return failure_line(row["op"], row["status"], row["kind"], row["seed"], row["dtype"], shape_text, row["layout"],
                         row["distribution"], detail, replay_command(row["op"], row["seed"], root, cwd))
 

@@ -8,11 +8,13 @@ same sequence. A worker that crashes or hangs costs one case, never the run.
 from __future__ import annotations
 
 import hashlib
+import re
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -190,7 +192,7 @@ def run_op(config: Config, op: OpConfig, specs: list[CaseSpec], workers: _Worker
             break
         except WorkerLost as exc:
             workers.drop()
-            result = _lost_case(op, spec, snapshot, exc)
+            result = _lost_case(config.root, op, spec, snapshot, exc)
             if exc.phase == "setup":
                 outcome.status = "error"
                 outcome.setup_error = {"kind": f"import_{exc.kind}", "message": exc.message, "stderr": exc.stderr}
@@ -220,7 +222,8 @@ def run_op(config: Config, op: OpConfig, specs: list[CaseSpec], workers: _Worker
     return outcome
 
 
-def _lost_case(op: OpConfig, spec: CaseSpec, snapshot: dict[str, np.ndarray] | None, exc: WorkerLost) -> CaseResult:
+def _lost_case(root: Path, op: OpConfig, spec: CaseSpec, snapshot: dict[str, np.ndarray] | None,
+               exc: WorkerLost) -> CaseResult:
     who = "reference" if exc.phase == "reference" else "op"
     kind = f"{who}_{exc.kind}"
     if snapshot is None:
@@ -229,8 +232,23 @@ def _lost_case(op: OpConfig, spec: CaseSpec, snapshot: dict[str, np.ndarray] | N
         except Exception:
             snapshot = None
     what = "crashed" if exc.kind == "crash" else "timed out"
+    file, line = crash_site(exc.stderr, root)
     return CaseResult(op.name, spec.seed, spec, "error", kind, f"the {who} {what}: {exc.message}",
-                      stderr=exc.stderr[-2000:], snapshot=snapshot, from_snapshot=False)
+                      stderr=exc.stderr[-2000:], snapshot=snapshot, from_snapshot=False, file=file, line=line)
+
+
+_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
+
+
+def crash_site(stderr: str, root: Path | None) -> tuple[str | None, int | None]:
+    """The innermost workspace frame of the faulthandler dump a crashed worker left in its stderr."""
+    frames = _FRAME.findall(stderr or "")
+    for file, line in frames:  # faulthandler prints the innermost frame first
+        if "gpuemu_ls" in file:
+            continue
+        if root is None or Path(file).resolve().is_relative_to(root):
+            return file, int(line)
+    return None, None
 
 
 def _op_message(o: OpOutcome) -> str:

@@ -10,6 +10,7 @@ own process group, so nothing it starts outlives the supervisor.
 from __future__ import annotations
 
 import ctypes
+import faulthandler
 import os
 import resource
 import signal
@@ -112,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     memory_mb = int(args[1]) if len(args) > 1 and args[1] != "0" else None
     _die_with_parent()
     _apply_limits(memory_mb)
+    faulthandler.enable(all_threads=False)  # a segfault or abort leaves the Python stack in the log
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)  # user code that reads stdin gets EOF, not the protocol
     conn = Connection(fd)
