@@ -22,9 +22,13 @@ from .console import Progress
 from .engine.config import CONFIG_NAME, Config, find_workspace, load_config
 from .engine.errors import ConfigError, UsageError
 from .engine.plan import mode_filter
-from .engine.report import case_line, replay_command, row_line
+from .engine.report import replay_command, row_line
 from .engine.store import Store, StoreError
-from .engine.validate import OpOutcome, RunOptions, RunResult, plan_op, replay_spec, run_validation
+from .engine.baseline import baseline_path, from_document, load_baseline, regressions, write_baseline
+from .engine.formats import FORMATS, render
+from .engine.gate import GateOptions, run_gate
+from .engine.results import build_document, document_from_store, merge_documents
+from .engine.validate import RunOptions, plan_op, replay_spec, run_validation
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 SHOW_FAILURES = 3
@@ -54,9 +58,29 @@ def _run_flags(p: argparse.ArgumentParser, *, fuzz: bool = False) -> None:
     p.add_argument("--parallel", "--jobs", "-j", type=int, dest="jobs", metavar="N",
                    help="ops validated at once (default: [ci] parallel_jobs, else 1)")
     p.add_argument("--fail-fast", action="store_true", help="stop an op at its first failing case")
-    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument("--format", choices=FORMATS, default="text")
     p.add_argument("--output", metavar="FILE", help="write the report there instead of stdout")
     p.add_argument("--no-progress", action="store_true", help="no progress line on a terminal")
+    p.add_argument("--show", type=int, default=SHOW_FAILURES, metavar="N", help="failure lines shown per op")
+
+
+def _gate_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--quick", action="store_const", const="quick", dest="mode", default="thorough",
+                   help="float32, default and boundary shapes, [ci.quick] iterations (pull requests)")
+    p.add_argument("--thorough", action="store_const", const="thorough", dest="mode",
+                   help="all dtypes, layouts, shapes and distributions, [ci] fuzz_iterations (default; nightly)")
+    p.add_argument("--seed", type=int, metavar="N")
+    p.add_argument("--iterations", type=int, metavar="N")
+    p.add_argument("--parallel", "--jobs", "-j", type=int, dest="jobs", metavar="N")
+    p.add_argument("--format", choices=FORMATS, default="text")
+    p.add_argument("--output", metavar="FILE", help="write the report there (text still goes to stdout)")
+    p.add_argument("--baseline", metavar="TAG|FILE", help="report regressions against this baseline")
+    p.add_argument("--fail-on-regression", action="store_true", default=None,
+                   help="regressions fail the gate (default: [policies] fail_on_regression)")
+    p.add_argument("--shard", metavar="K/N", help="run the K-th of N deterministic slices of ops and kernels")
+    p.add_argument("--op", action="append", metavar="NAME", help="only this op (repeatable)")
+    p.add_argument("--no-kernels", action="store_true", help="skip the [[kernels]] lint")
+    p.add_argument("--no-progress", action="store_true")
     p.add_argument("--show", type=int, default=SHOW_FAILURES, metavar="N", help="failure lines shown per op")
 
 
@@ -95,6 +119,33 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("ops", help="the ops and kernels of the workspace and their last status")
     _common(p)
     p.add_argument("--format", choices=("text", "json"), default="text")
+
+    p = sub.add_parser("ci", help="the CI gate (same as gpuemu-ls --check): every op and kernel, one exit code")
+    _common(p)
+    _gate_flags(p)
+
+    p = sub.add_parser("report", help="render stored results, or merge shard outputs")
+    _common(p)
+    p.add_argument("--format", choices=FORMATS, default="text")
+    p.add_argument("--output", metavar="FILE")
+    p.add_argument("--since-hours", type=float, metavar="H", help="only results newer than this")
+    p.add_argument("--include-lint", action="store_true", help="include kernel lint results")
+    p.add_argument("--include-artifacts", action="store_true", help="include instruction histograms of kernels")
+    p.add_argument("--merge", nargs="+", metavar="JSON", help="join these `--format json` outputs (CI shards)")
+    p.add_argument("--show", type=int, default=SHOW_FAILURES, metavar="N", help="failure lines shown per op")
+
+    p = sub.add_parser("baseline", help="store, show or diff a baseline (reviewable JSON under gpuemu-baselines/)")
+    _common(p)
+    bsub = p.add_subparsers(dest="baseline_command", metavar="ACTION", parser_class=_Parser)
+    bsub.required = True
+    b = bsub.add_parser("store", help="store the latest results (or a results JSON) as baseline TAG")
+    b.add_argument("tag")
+    b.add_argument("--from", dest="from_file", metavar="JSON", help="a `--format json` results file")
+    b = bsub.add_parser("show", help="print a baseline")
+    b.add_argument("tag")
+    b = bsub.add_parser("diff", help="regressions of the latest stored results against a baseline")
+    b.add_argument("tag")
+    b.add_argument("--fail-on-regression", action="store_true")
 
     p = sub.add_parser("init", help="write a starter workspace that passes")
     p.add_argument("path", nargs="?", default=".", help="folder to create it in (default: here)")
@@ -141,75 +192,29 @@ def _emit(text: str, output: str | None) -> None:
         print(text)
 
 
-def _status_word(status: str) -> str:
-    return {"passed": "PASS", "failed": "FAIL", "error": "ERROR", "not_run": "NOT RUN", "cancelled": "CANCELLED"}[status]
-
-
-def _op_line(o: OpOutcome) -> str:
-    st = o.stats()
-    err = f"max err {st['max_abs']:.3g}" if st["max_abs"] is not None else ""
-    ratio = st["max_ratio"]
-    if ratio is not None and o.status == "passed":
-        err += f" ({ratio:.0%} of tolerance)"
-    return f"{_status_word(o.status):7} {o.op:24} {o.message:40} {err:32} {o.elapsed:6.2f} s"
-
-
-def outcome_text(result: RunResult, cfg: Config, show: int) -> str:
-    cwd = Path.cwd()
-    lines = []
-    for o in result.outcomes:
-        lines.append(_op_line(o))
-        if o.setup_error:
-            where = o.setup_error.get("file")
-            loc = f"{where}:{o.setup_error.get('line')}: " if where else ""
-            lines.append(f"    {loc}{o.setup_error.get('message', '').splitlines()[0] if o.setup_error.get('message') else ''}")
-        if o.status == "not_run":
-            lines.append(f"    {o.message}")
-        if o.diagnosis:
-            lines.append(f"    diagnosis: {o.diagnosis}")
-        bad = o.failures
-        for r in bad[:show]:
-            lines.append("    " + case_line(r, cfg.root, cwd).replace("\n", "\n    "))
-        if len(bad) > show:
-            lines.append(f"    ... {len(bad) - show} more (gpuemu failures --op {shlex.quote(o.op)})")
-    counts = {s: sum(1 for o in result.outcomes if o.status == s) for s in ("passed", "failed", "error", "not_run")}
-    cases = sum(len(o.cases) for o in result.outcomes)
-    lines.append(
-        f"{counts['passed']} passed, {counts['failed']} failed, {counts['error']} errors, {counts['not_run']} not run "
-        f"({len(result.outcomes)} ops, {cases} cases, {result.mode}, seed {result.seed}, {result.elapsed:.1f} s)"
-        + (f"; run {result.run_id[:12]} stored" if result.run_id else ""))
-    return "\n".join(lines)
-
-
-def outcome_json(result: RunResult, cfg: Config) -> dict[str, Any]:
-    cwd = Path.cwd()
-    ops = []
-    for o in result.outcomes:
-        ops.append({
-            "name": o.op, "kind": "op", "status": o.status, "message": o.message, "diagnosis": o.diagnosis,
-            "cases": len(o.cases), "passed": o.count("passed"), "failed": o.count("failed"), "errors": o.count("error"),
-            "planned": o.planned, "elapsed": o.elapsed, "stopped": o.stopped, "setup_error": o.setup_error,
-            "stats": o.stats(),
-            "failures": [{**r.to_dict(), "replay": replay_command(r.op, r.seed, cfg.root, cwd)} for r in o.failures],
-        })
-    return {"schema": 1, "tool": f"gpuemu {__version__}", "workspace": str(cfg.root), "mode": result.mode,
-            "seed": result.seed, "run_id": result.run_id, "status": result.status, "elapsed": result.elapsed,
-            "ops": ops}
-
-
 def _run_and_report(cfg: Config, args: argparse.Namespace, options: RunOptions, specs: dict[str, Any] | None = None,
                     snapshots: dict[str, Any] | None = None) -> int:
-    plans = specs or {n: plan_op(cfg, cfg.op(n), options.mode, options.iterations, options.seed) for n in options.ops or []}
+    plans = specs or {n: plan_op(cfg, cfg.op(n), options.mode, options.iterations, options.seed)
+                      for n in options.ops or []}
     total = sum(len(v) for v in plans.values())
     progress = Progress(total, enabled=not args.no_progress and args.format == "text" and not args.output)
     options.on_case = lambda op, r, i, n: progress.case(op, r.status, i, n)
     result = run_validation(cfg, options, specs_by_op=plans, snapshots=snapshots)
     progress.close()
-    if args.format == "json":
-        _emit(json.dumps(outcome_json(result, cfg), indent=2, default=str), args.output)
-    else:
-        _emit(outcome_text(result, cfg, args.show), args.output)
-    return result.exit_code
+    doc = build_document(cfg, result, mode=options.mode)
+    _emit(render(doc, args.format, show=args.show, replay_prefix=_replay_prefix(cfg)), args.output)
+    return int(doc["exit_code"])
+
+
+def _replay_prefix(cfg: Config) -> str:
+    """``-C path`` for replay commands when the user is not in the workspace folder."""
+    cwd = Path.cwd().resolve()
+    if cwd == cfg.root:
+        return ""
+    try:
+        return f"-C {shlex.quote(str(cfg.root.relative_to(cwd)))}"
+    except ValueError:
+        return f"-C {shlex.quote(str(cfg.root))}"
 
 
 def _jobs(cfg: Config, args: argparse.Namespace) -> int:
@@ -347,6 +352,79 @@ def cmd_ops(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def run_ci(cfg: Config, args: argparse.Namespace) -> int:
+    """The gate, shared by ``gpuemu ci`` and ``gpuemu-ls --check``."""
+    options = GateOptions(mode=args.mode, seed=args.seed, iterations=args.iterations, jobs=args.jobs,
+                          baseline=args.baseline, fail_on_regression=args.fail_on_regression, shard=args.shard,
+                          ops=_ops(cfg, args.op) if args.op else None, kernels=not args.no_kernels,
+                          command=_argv())
+    progress = Progress(0, enabled=not args.no_progress and not args.output and args.format == "text")
+    options.on_case = lambda op, r, i, n: progress.case(op, r.status, i, n)
+    doc = run_gate(cfg, options)
+    progress.close()
+    text = render(doc, args.format, show=args.show, replay_prefix=_replay_prefix(cfg))
+    if args.output:
+        _emit(text, args.output)
+        if args.format != "text":
+            print(render(doc, "text", show=args.show, replay_prefix=_replay_prefix(cfg)))
+    else:
+        print(text)
+    return int(doc["exit_code"])
+
+
+def cmd_ci(args: argparse.Namespace) -> int:
+    return run_ci(_config(args), args)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    if args.merge:
+        docs = []
+        for f in args.merge:
+            try:
+                docs.append(json.loads(Path(f).read_text(encoding="utf-8")))
+            except (OSError, json.JSONDecodeError) as exc:
+                raise UsageError(f"cannot read {f}: {exc}") from None
+        try:
+            doc = merge_documents(docs)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    else:
+        cfg = _config(args)
+        since = time.time() - args.since_hours * 3600 if args.since_hours else None
+        doc = document_from_store(cfg, Store.for_workspace(cfg.root), since=since, include_lint=args.include_lint,
+                                  include_artifacts=args.include_artifacts)
+    _emit(render(doc, args.format, show=args.show), args.output)
+    return int(doc["exit_code"])
+
+
+def cmd_baseline(args: argparse.Namespace) -> int:
+    cfg = _config(args)
+    path = baseline_path(cfg, args.tag)
+    if args.baseline_command == "store":
+        if args.from_file:
+            try:
+                doc = json.loads(Path(args.from_file).read_text(encoding="utf-8"))
+            except (OSError, json.JSONDecodeError) as exc:
+                raise UsageError(f"cannot read {args.from_file}: {exc}") from None
+        else:
+            doc = document_from_store(cfg, Store.for_workspace(cfg.root), include_lint=True, include_artifacts=True)
+        if not doc["ops"] and not doc["kernels"]:
+            raise UsageError("no results to store: run `gpuemu ci` (or `gpuemu test`) first")
+        write_baseline(path, from_document(doc, args.tag))
+        print(f"baseline {args.tag!r}: {len(doc['ops'])} ops, {len(doc['kernels'])} kernels -> {path}")
+        return EXIT_OK
+    base = load_baseline(path)
+    if args.baseline_command == "show":
+        print(json.dumps(base, indent=2))
+        return EXIT_OK
+    doc = document_from_store(cfg, Store.for_workspace(cfg.root), include_lint=True, include_artifacts=True)
+    regs = regressions(doc, base, cfg.ci.regression_threshold)
+    for r in regs:
+        print(f"REGRESSION {r['kind']} {r['name']}: {r['reason']}")
+    print(f"{len(regs)} regressions against baseline {args.tag!r}")
+    return EXIT_FAIL if regs and args.fail_on_regression else EXIT_OK
+
+
 def cmd_init(args: argparse.Namespace) -> int:
     from .engine.init import write_starter
 
@@ -359,7 +437,7 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"test": cmd_test, "fuzz": cmd_fuzz, "reproduce": cmd_reproduce, "failures": cmd_failures,
-            "ops": cmd_ops, "init": cmd_init}
+            "ops": cmd_ops, "init": cmd_init, "ci": cmd_ci, "report": cmd_report, "baseline": cmd_baseline}
 
 
 def _argv() -> str:

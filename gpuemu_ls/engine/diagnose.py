@@ -12,6 +12,7 @@ guess. The location comes from the failing outputs' mismatch counts per axis, th
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -236,7 +237,7 @@ def _hint(cond: Predicate, kinds: set[str]) -> str:
     return ""
 
 
-def _error_summary(errors: list[CaseResult]) -> str:
+def _error_summary(errors: list[CaseResult], root: Path | None) -> str:
     """The most common error, as what happened (crash, timeout, exception) rather than a guess at why."""
     counts: dict[str, int] = {}
     first: dict[str, CaseResult] = {}
@@ -246,11 +247,17 @@ def _error_summary(errors: list[CaseResult]) -> str:
     kind = max(counts, key=lambda k: counts[k])
     c = first[kind]
     msg = (c.message or "").strip().splitlines()[0] if (c.message or "").strip() else kind
-    where = f" at {c.file}" + (f":{c.line}" if c.line else "") if c.file else ""
+    file = c.file
+    if file and root is not None:
+        try:
+            file = Path(file).resolve().relative_to(root.resolve()).as_posix()
+        except ValueError:
+            pass
+    where = f" at {file}" + (f":{c.line}" if c.line else "") if file else ""
     return f"{kind} ({counts[kind]}/{len(errors)}): {msg[:160]}{where}"
 
 
-def diagnose_cases(cases: list[CaseResult], op: OpConfig) -> str:
+def diagnose_cases(cases: list[CaseResult], op: OpConfig, root: Path | None = None) -> str:
     """The diagnosis line for a set of cases ('' when everything passed)."""
     failed = [c for c in cases if c.status == "failed"]
     errors = [c for c in cases if c.status == "error"]
@@ -281,10 +288,10 @@ def diagnose_cases(cases: list[CaseResult], op: OpConfig) -> str:
         if hint and not any(hint.split(":")[0] in n for n in parts[1:]):
             parts.append(hint)
     else:
-        parts.append(_error_summary(errors))
+        parts.append(_error_summary(errors, root))
     return "; ".join(parts)
 
 
-def diagnose(outcome: OpOutcome, op: OpConfig) -> str:
-    return diagnose_cases(outcome.cases, op)
+def diagnose(outcome: OpOutcome, op: OpConfig, root: Path | None = None) -> str:
+    return diagnose_cases(outcome.cases, op, root)
 

@@ -27,6 +27,9 @@ from .store import Store
 from .supervisor import Cancelled, SetupFailed, Worker, WorkerLost
 
 MODES = ("quick", "thorough")
+#: After this many crashes or timeouts in a row an op stops: its verdict (error) cannot change, and
+#: each further hang would cost a whole timeout.
+MAX_CONSECUTIVE_LOST = 3
 
 
 @dataclass
@@ -172,6 +175,7 @@ def run_op(config: Config, op: OpConfig, specs: list[CaseSpec], workers: _Worker
         return outcome
     timeout = case_timeout(config, op)
     worker: Worker | None = None
+    lost_in_a_row = 0
 
     def ready_worker() -> Worker:
         w = workers.get()
@@ -192,6 +196,7 @@ def run_op(config: Config, op: OpConfig, specs: list[CaseSpec], workers: _Worker
             break
         except WorkerLost as exc:
             workers.drop()
+            lost_in_a_row += 1
             result = _lost_case(config.root, op, spec, snapshot, exc)
             if exc.phase == "setup":
                 outcome.status = "error"
@@ -203,11 +208,16 @@ def run_op(config: Config, op: OpConfig, specs: list[CaseSpec], workers: _Worker
             outcome.status = "cancelled"
             outcome.stopped = "cancelled"
             break
+        else:
+            lost_in_a_row = 0
         outcome.cases.append(result)
         if options.on_case:
             options.on_case(op.name, result, i + 1, len(specs))
         if options.fail_fast and result.status != "passed":
             outcome.stopped = "fail-fast"
+            break
+        if lost_in_a_row >= MAX_CONSECUTIVE_LOST and i + 1 < len(specs):
+            outcome.stopped = f"{lost_in_a_row} crashes/timeouts in a row; {len(specs) - i - 1} cases skipped"
             break
         if options.time_budget and time.monotonic() - start > options.time_budget and i + 1 < len(specs):
             outcome.stopped = f"time budget of {options.time_budget:g} s spent after {i + 1}/{len(specs)} cases"
@@ -288,7 +298,7 @@ def run_validation(config: Config, options: RunOptions, *, store: Store | None =
         if options.on_op_start:
             options.on_op_start(op.name, len(specs))
         outcome = run_op(config, op, specs, workers, options, (snapshots or {}).get(op.name))
-        outcome.diagnosis = diagnose(outcome, op)
+        outcome.diagnosis = diagnose(outcome, op, config.root)
         if store is not None and run_id is not None and outcome.status != "cancelled":
             with store_lock:
                 store.add_cases(run_id, outcome.cases, max_snapshots=config.validation.max_failure_snapshots)

@@ -52,7 +52,7 @@ class Disassembly:
 
 def _run(cmd: Sequence[str], cwd: Path | None, timeout: float) -> tuple[int, str, float]:
     t0 = time.perf_counter()
-    tool = "ptxas" if Path(cmd[0]).name.startswith("ptxas") else "nvcc"
+    tool = Path(cmd[0]).name  # the prefix parse_compiler_output expects ('nvcc', 'ptxas')
     try:
         proc = subprocess.run(
             list(cmd),

@@ -5,7 +5,8 @@ then `PATH`, then `$CUDA_HOME`/`$CUDA_PATH`, then NVIDIA's PyPI wheels installed
 the current Python environment. The CUDA 13 wheels (`nvidia-cuda-nvcc`,
 `nvidia-cuda-cuobjdump`, `nvidia-cuda-nvdisasm`, `nvidia-cuda-cccl`) all unpack into
 `site-packages/nvidia/cu13/{bin,include,nvvm}`; the CUDA 12 ones (`*-cu12`) into
-`site-packages/nvidia/cuda_<component>/bin`. Both layouts are searched.
+`site-packages/nvidia/cuda_<component>/bin`. Both layouts are searched, and last
+the tools the `triton` wheel bundles (`triton/backends/nvidia/bin`).
 
 Versions are part of the lint cache key, so they are read once per binary and
 memoised by (path, mtime, size): a cache hit never has to start `nvcc --version`.
@@ -32,11 +33,18 @@ WHEEL_FOR_TOOL = {
     "cuobjdump": "nvidia-cuda-cuobjdump",
     "nvdisasm": "nvidia-cuda-nvdisasm",
 }
-# Sub-folders of a site-packages dir where NVIDIA wheels put their binaries.
-_WHEEL_BIN_GLOBS: tuple[str, ...] = ("nvidia/cu13/bin", "nvidia/cu1*/bin", "nvidia/cuda_*/bin")
+# Sub-folders of a site-packages dir where NVIDIA wheels put their binaries; Triton's
+# wheel bundles ptxas/cuobjdump/nvdisasm too and is searched last.
+_WHEEL_BIN_GLOBS: tuple[str, ...] = (
+    "nvidia/cu13/bin",
+    "nvidia/cu1*/bin",
+    "nvidia/cuda_*/bin",
+    "triton/backends/nvidia/bin",
+)
 
 _VERSION_RE = re.compile(r"release\s+[\d.]+,\s*V([\d.]+)|V(\d+\.\d+\.\d+)")
 _version_memo: dict[tuple[str, int, int], str] = {}
+_persisted: set[tuple[str, tuple[str, int, int]]] = set()  # (memo file, tool key) already written
 
 
 @dataclass(frozen=True)
@@ -212,28 +220,32 @@ def parse_version(text: str) -> str | None:
 def tool_version(path: Path, memo_file: Path | None = None) -> str:
     """`<tool> --version`, memoised in process and (optionally) in a JSON file by path+mtime+size."""
     key = _stat_key(path)
-    if key in _version_memo:
-        return _version_memo[key]
     file_key = "|".join(map(str, key))
-    if memo_file is not None:
-        stored = _read_memo_file(memo_file).get(file_key)
-        if stored:
-            _version_memo[key] = stored
-            return stored
-    try:
-        proc = subprocess.run([str(path), "--version"], capture_output=True, text=True, timeout=60, check=False)
-        version = parse_version(proc.stdout + proc.stderr) or "unknown"
-    except (OSError, subprocess.SubprocessError):
-        version = "unknown"
-    _version_memo[key] = version
-    if memo_file is not None and version != "unknown":
-        data = _read_memo_file(memo_file)
-        data[file_key] = version
+    version = _version_memo.get(key)
+    if version is None and memo_file is not None:
+        version = _read_memo_file(memo_file).get(file_key)
+    if version is None:
         try:
-            memo_file.parent.mkdir(parents=True, exist_ok=True)
-            tmp = memo_file.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(data, indent=0, sort_keys=True))
-            os.replace(tmp, memo_file)
-        except OSError:
-            pass
+            proc = subprocess.run([str(path), "--version"], capture_output=True, text=True, timeout=60, check=False)
+            version = parse_version(proc.stdout + proc.stderr) or "unknown"
+        except (OSError, subprocess.SubprocessError):
+            version = "unknown"
+    _version_memo[key] = version
+    if memo_file is not None and version != "unknown" and (str(memo_file), key) not in _persisted:
+        _persist_version(memo_file, file_key, version)
+        _persisted.add((str(memo_file), key))
     return version
+
+
+def _persist_version(memo_file: Path, file_key: str, version: str) -> None:
+    data = _read_memo_file(memo_file)
+    if data.get(file_key) == version:
+        return
+    data[file_key] = version
+    try:
+        memo_file.parent.mkdir(parents=True, exist_ok=True)
+        tmp = memo_file.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(data, indent=0, sort_keys=True))
+        os.replace(tmp, memo_file)
+    except OSError:
+        pass

@@ -1,0 +1,26 @@
+"""Renderers of the results document: text for people, JUnit for CI test tabs, SARIF for code scanning."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .junit import render_junit
+from .sarif import render_sarif
+from .text import render_text
+
+FORMATS = ("text", "json", "junit", "sarif")
+
+
+def render(doc: dict[str, Any], fmt: str, **kw: Any) -> str:
+    from ..results import dumps
+
+    if fmt == "json":
+        return dumps(doc)
+    if fmt == "junit":
+        return render_junit(doc)
+    if fmt == "sarif":
+        return render_sarif(doc)
+    return render_text(doc, **kw)
+
+
+__all__ = ["FORMATS", "render", "render_junit", "render_sarif", "render_text"]

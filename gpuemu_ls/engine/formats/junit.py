@@ -1,0 +1,114 @@
+"""JUnit XML: one testcase per op (classname ``gpuemu.ops``) and per kernel (``gpuemu.kernels``).
+
+Follows the Jenkins xunit ``junit-10.xsd`` (what GitHub, GitLab and Jenkins readers accept): a failing
+op has a ``<failure>`` whose message holds op, seed, dtype, shape and layout; an op that could not
+run has ``<error>`` (it errored) or ``<skipped>`` (nothing runnable).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import platform
+import xml.etree.ElementTree as ET
+from typing import Any
+
+from .text import failure_text
+
+
+def _fail_message(e: dict[str, Any]) -> str:
+    if not e["failures"]:
+        return e.get("message", "")
+    f = e["failures"][0]
+    shapes = " ".join(f"{k}={v}" for k, v in f["shapes"].items())
+    return (f"{e['name']} [{f['kind']}] seed={f['seed']} dtype={f['dtype']} {shapes} layout={f['layout']} "
+            f"dist={f['distribution']}: {f.get('message', '')}")[:1000]
+
+
+def _op_case(suite: ET.Element, e: dict[str, Any]) -> None:
+    tc = ET.SubElement(suite, "testcase", classname="gpuemu.ops", name=e["name"], time=f"{e.get('elapsed', 0):.3f}")
+    body = []
+    if e.get("diagnosis"):
+        body.append(f"diagnosis: {e['diagnosis']}")
+    loc = e.get("source") or e.get("location")
+    if loc:
+        body.append(f"at {loc['file']}:{loc['line']}")
+    body += [failure_text(e["name"], f) for f in e["failures"]]
+    status = e["status"]
+    if status == "not_run" or status == "cancelled":
+        ET.SubElement(tc, "skipped", message=f"not run: {e.get('message', '')}"[:1000])
+    elif status == "failed":
+        el = ET.SubElement(tc, "failure", message=_fail_message(e), type=e["failures"][0]["kind"] if e["failures"]
+                           else "failed")
+        el.text = "\n".join(body)
+    elif status == "error":
+        se = e.get("setup_error") or {}
+        msg = _fail_message(e) if e["failures"] else (se.get("message") or e.get("message", "error"))
+        kind = e["failures"][0]["kind"] if e["failures"] else se.get("kind", "error")
+        el = ET.SubElement(tc, "error", message=msg.splitlines()[0][:1000] if msg else "error", type=str(kind))
+        el.text = "\n".join(body) or msg
+    if e.get("message"):
+        ET.SubElement(tc, "system-out").text = f"{e['message']}; {e.get('cases', 0)} cases"
+
+
+def _kernel_case(suite: ET.Element, k: dict[str, Any]) -> None:
+    tc = ET.SubElement(suite, "testcase", classname="gpuemu.kernels", name=k["name"],
+                       time=f"{k.get('elapsed', 0):.3f}")
+    findings = k.get("findings", [])
+    lines = [f"{f.get('file')}:{f.get('line')}: {f.get('severity')} {f.get('code')}: {f.get('message')}" for f in findings]
+    errors = [f for f in findings if f.get("severity") == "error"]
+    if k["status"] == "not_run":
+        ET.SubElement(tc, "skipped", message=f"not run: {k.get('message', '')}"[:1000])
+    elif k["status"] == "failed":
+        first = errors[0] if errors else {}
+        el = ET.SubElement(tc, "failure", message=f"{k['name']}: {first.get('message', k.get('message', ''))}"[:1000],
+                           type=str(first.get("code", "lint")))
+        el.text = "\n".join(lines)
+    elif k["status"] == "error":
+        el = ET.SubElement(tc, "error", message=(k.get("message") or "compile error")[:1000], type="compile")
+        el.text = "\n".join(lines)
+    if k.get("summary"):
+        ET.SubElement(tc, "system-out").text = k["summary"]
+
+
+def _suite(root: ET.Element, name: str, entries: list[dict[str, Any]], doc: dict[str, Any]) -> ET.Element:
+    counts = {s: sum(1 for e in entries if e["status"] == s) for s in ("failed", "error", "not_run", "cancelled")}
+    suite = ET.SubElement(
+        root, "testsuite", name=name, tests=str(len(entries)), failures=str(counts["failed"]),
+        errors=str(counts["error"]), skipped=str(counts["not_run"] + counts["cancelled"]),
+        time=f"{sum(e.get('elapsed', 0) for e in entries):.3f}",
+        timestamp=_dt.datetime.fromtimestamp(doc.get("created_at", 0), _dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S"),
+        hostname=platform.node() or "localhost")
+    props = ET.SubElement(suite, "properties")
+    for key in ("mode", "seed", "shard", "run_id", "project"):
+        if doc.get(key) is not None:
+            ET.SubElement(props, "property", name=key, value=str(doc[key]))
+    return suite
+
+
+def render_junit(doc: dict[str, Any]) -> str:
+    entries = doc["ops"] + doc["kernels"]
+    root = ET.Element(
+        "testsuites", name="gpuemu", tests=str(len(entries)),
+        failures=str(sum(1 for e in entries if e["status"] == "failed")),
+        errors=str(sum(1 for e in entries if e["status"] == "error")),
+        time=f"{doc.get('elapsed', 0):.3f}")
+    ops = _suite(root, "gpuemu.ops", doc["ops"], doc)
+    for e in doc["ops"]:
+        _op_case(ops, e)
+    if doc["kernels"]:
+        ks = _suite(root, "gpuemu.kernels", doc["kernels"], doc)
+        for k in doc["kernels"]:
+            _kernel_case(ks, k)
+    if doc.get("regressions"):
+        regs = _suite(root, "gpuemu.regressions", [
+            {"status": "failed" if doc.get("fail_on_regression") else "passed", "elapsed": 0}
+            for _ in doc["regressions"]], doc)
+        for r in doc["regressions"]:
+            tc = ET.SubElement(regs, "testcase", classname="gpuemu.regressions", name=f"{r['kind']}:{r['name']}",
+                               time="0.000")
+            if doc.get("fail_on_regression"):
+                ET.SubElement(tc, "failure", message=r["reason"][:1000], type="regression").text = r["reason"]
+            else:
+                ET.SubElement(tc, "system-out").text = f"regression (not failing the run): {r['reason']}"
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
