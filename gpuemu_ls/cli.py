@@ -19,6 +19,7 @@ from typing import Any
 
 from . import __version__
 from .console import Progress
+from .engine.calibrate import calibrate, write_tolerances
 from .engine.config import CONFIG_NAME, Config, find_workspace, load_config
 from .engine.errors import ConfigError, UsageError
 from .engine.plan import mode_filter
@@ -27,6 +28,9 @@ from .engine.store import Store, StoreError
 from .engine.baseline import baseline_path, from_document, load_baseline, regressions, write_baseline
 from .engine.formats import FORMATS, render
 from .engine.gate import GateOptions, run_gate
+from .engine.generate import generate_inputs
+from .engine.minimize import describe, minimize, store_minimized
+from .engine.repro import write_repro
 from .engine.results import build_document, document_from_store, merge_documents
 from .engine.validate import RunOptions, plan_op, replay_spec, run_validation
 
@@ -107,6 +111,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--op", required=True, metavar="NAME")
     p.add_argument("--seed", required=True, type=int, metavar="N")
     p.add_argument("--regenerate", action="store_true", help="ignore the stored snapshot; regenerate from the seed")
+    p.add_argument("--minimized", action="store_true", help="replay the minimized case (gpuemu minimize)")
+    p.add_argument("--no-repro", action="store_true", help="do not write the standalone reproduction")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+
+    p = sub.add_parser("minimize", help="shrink a failing case to the smallest one that fails the same way")
+    _common(p)
+    p.add_argument("--op", required=True, metavar="NAME")
+    p.add_argument("--seed", required=True, type=int, metavar="N")
+    p.add_argument("--max-trials", type=int, default=400, metavar="N")
     p.add_argument("--format", choices=("text", "json"), default="text")
 
     p = sub.add_parser("failures", help="failing cases of the latest run of each op, from the store")
@@ -146,6 +159,18 @@ def build_parser() -> argparse.ArgumentParser:
     b = bsub.add_parser("diff", help="regressions of the latest stored results against a baseline")
     b.add_argument("tag")
     b.add_argument("--fail-on-regression", action="store_true")
+
+    p = sub.add_parser("calibrate", help="propose atol/rtol per dtype from a known-good op's observed errors")
+    _common(p)
+    p.add_argument("--op", required=True, metavar="NAME")
+    p.add_argument("--dtype", action="append", metavar="D", help="only these dtypes (default: the op's)")
+    p.add_argument("--iterations", type=int, default=200, metavar="N", help="cases per dtype (default 200)")
+    p.add_argument("--method", default="p95", help="p50, p90, p95 (default), p99 or max of the per-case errors")
+    p.add_argument("--factor", type=float, default=1.5, help="safety factor on the statistic (default 1.5)")
+    p.add_argument("--seed", type=int, metavar="N")
+    p.add_argument("--parallel", "--jobs", "-j", type=int, dest="jobs", default=1, metavar="N")
+    p.add_argument("--write", action="store_true", help="write the proposal into [ops.tolerances] of gpuemu.toml")
+    p.add_argument("--format", choices=("text", "json"), default="text")
 
     p = sub.add_parser("init", help="write a starter workspace that passes")
     p.add_argument("path", nargs="?", default=".", help="folder to create it in (default: here)")
@@ -258,15 +283,28 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     name = _ops(cfg, [args.op])[0]
     op = cfg.op(name)
     store = Store.for_workspace(cfg.root)
-    spec, snapshot, source = replay_spec(cfg, op, args.seed, None if args.regenerate else store)
+    if args.minimized:
+        found = store.find_minimized(name, args.seed)
+        if found is None:
+            raise UsageError(f"no minimized case for op {name!r} seed {args.seed} "
+                             f"(run `gpuemu minimize --op {name} --seed {args.seed}`)")
+        spec, snapshot = found
+        source = "minimized snapshot"
+    else:
+        spec, snapshot, source = replay_spec(cfg, op, args.seed, None if args.regenerate else store)
     options = RunOptions(mode="reproduce", ops=[name], source="reproduce", command=_argv())
     result = run_validation(cfg, options, store=store, specs_by_op={name: [spec]},
                             snapshots={name: {spec.seed: snapshot}} if snapshot is not None else None)
     outcome = result.outcomes[0]
     case = outcome.cases[0] if outcome.cases else None
+    repro = None
+    if not args.no_repro and case is not None:
+        inputs = snapshot if snapshot is not None else generate_inputs(op, spec).logical
+        repro = write_repro(cfg, op, spec, inputs, case, label="_min" if args.minimized else "")
     if args.format == "json":
         print(json.dumps({"schema": 1, "op": name, "seed": args.seed, "source": source, "status": outcome.status,
-                          "case": case.to_dict() if case else None, "message": outcome.message}, indent=2, default=str))
+                          "case": case.to_dict() if case else None, "message": outcome.message,
+                          "repro": str(repro) if repro else None}, indent=2, default=str))
         return result.exit_code
     print(f"op {name}, seed {args.seed}: inputs {source}")
     print(f"  strategy={spec.strategy} dtype={spec.dtype} {spec.shape_text()} layout={spec.layout} "
@@ -288,7 +326,45 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
             print(f"  at {case.file}:{case.line}")
         if case.stderr.strip():
             print("  stderr:\n    " + "\n    ".join(case.stderr.strip().splitlines()[-10:]))
+    if repro is not None:
+        print(f"standalone reproduction: {_display(repro)} (python {_display(repro)}; needs only numpy)")
     return result.exit_code
+
+
+def _display(path: Path) -> str:
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def cmd_minimize(args: argparse.Namespace) -> int:
+    cfg = _config(args)
+    name = _ops(cfg, [args.op])[0]
+    op = cfg.op(name)
+    store = Store.for_workspace(cfg.root)
+    tty = sys.stderr.isatty() and args.format == "text"
+    res = minimize(cfg, op, args.seed, store, max_trials=args.max_trials,
+                   on_step=(lambda step, n: print(f"  {step} (trial {n})", file=sys.stderr)) if tty else None)
+    store_minimized(store, cfg, res, command=_argv())
+    repro = write_repro(cfg, op, res.minimized.spec, res.minimized_inputs, res.minimized, label="_min")
+    info = describe(res)
+    info["repro"] = str(repro)
+    info["replay"] = f"gpuemu reproduce --op {name} --seed {args.seed} --minimized"
+    if args.format == "json":
+        print(json.dumps(info, indent=2, default=str))
+        return EXIT_FAIL
+    o, m = info["original"], info["minimized"]
+    print(f"op {name}, seed {args.seed} ({res.source}): {res.trials} trials, {res.elapsed:.1f} s")
+    print(f"  original : {o['shapes']}  [{o['kind']}] {o['message']}")
+    print(f"  minimized: {m['shapes']}  [{m['kind']}] {m['message']}")
+    for step in res.steps:
+        print(f"    {step}")
+    if not res.steps:
+        print("    (already minimal: no smaller case fails the same way)")
+    print(f"replay it: {info['replay']}")
+    print(f"standalone reproduction: {_display(repro)} (python {_display(repro)}; needs only numpy)")
+    return EXIT_FAIL
 
 
 def cmd_failures(args: argparse.Namespace) -> int:
@@ -425,6 +501,29 @@ def cmd_baseline(args: argparse.Namespace) -> int:
     return EXIT_FAIL if regs and args.fail_on_regression else EXIT_OK
 
 
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    cfg = _config(args)
+    name = _ops(cfg, [args.op])[0]
+    op = cfg.op(name)
+    proposals = calibrate(cfg, op, dtypes=args.dtype, iterations=args.iterations, method=args.method,
+                          factor=args.factor, seed=args.seed, jobs=args.jobs)
+    if args.write:
+        write_tolerances(cfg, op, proposals)
+    if args.format == "json":
+        print(json.dumps({"schema": 1, "op": name, "method": args.method, "factor": args.factor,
+                          "written": bool(args.write), "proposals": [p.to_dict() for p in proposals]}, indent=2))
+        return EXIT_OK
+    print(f"op {name}: {args.method} of per-case max errors x {args.factor:g}")
+    for p in proposals:
+        small, large = p.observed["abs_err_small_ref"], p.observed["rel_err_large_ref"]
+        print(f"  {p.dtype:9} {p.cases} cases ({p.excluded} excluded): abs err |ref|<=1 p95 {small['p95']:.3g} "
+              f"max {small['max']:.3g}; rel err |ref|>1 p95 {large['p95']:.3g} max {large['max']:.3g}")
+        print(f"            proposed atol={p.atol:.2g} rtol={p.rtol:.2g}  (now atol={p.current[0]:g} "
+              f"rtol={p.current[1]:g}; cases over the proposal: {p.failing_proposed}, failing now: {p.failing_now})")
+    print(f"written to {cfg.path} [ops.tolerances] of {name}" if args.write else "use --write to put this into gpuemu.toml")
+    return EXIT_OK
+
+
 def cmd_init(args: argparse.Namespace) -> int:
     from .engine.init import write_starter
 
@@ -437,7 +536,8 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"test": cmd_test, "fuzz": cmd_fuzz, "reproduce": cmd_reproduce, "failures": cmd_failures,
-            "ops": cmd_ops, "init": cmd_init, "ci": cmd_ci, "report": cmd_report, "baseline": cmd_baseline}
+            "ops": cmd_ops, "init": cmd_init, "ci": cmd_ci, "minimize": cmd_minimize,
+            "calibrate": cmd_calibrate, "report": cmd_report, "baseline": cmd_baseline}
 
 
 def _argv() -> str:

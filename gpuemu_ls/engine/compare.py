@@ -58,6 +58,8 @@ class Comparison:
     max_rel: float = 0.0
     max_ulp: float = 0.0
     max_ratio: float = 0.0  # largest |v - ref| / allowed: 1.0 is the tolerance
+    max_abs_small: float = 0.0  # largest |v - ref| where |ref| <= 1 (what atol must cover; calibration)
+    max_rel_large: float = 0.0  # largest |v - ref| / |ref| where |ref| > 1 (what rtol must cover)
     worst_index: tuple[int, ...] | None = None
     worst_op: float | None = None
     worst_ref: float | None = None
@@ -142,6 +144,8 @@ class _Acc:
     max_abs: float = 0.0
     max_rel: float = 0.0
     max_ulp: float = 0.0
+    max_abs_small: float = 0.0
+    max_rel_large: float = 0.0
     best_ratio: float = -1.0
     worst: tuple[tuple[int, ...], float, float, float] | None = None
     worst_bad_ratio: float = -1.0
@@ -224,6 +228,7 @@ def _pass(name: str, op_out: np.ndarray, ref_out: np.ndarray, out_dtype: str, at
     c.total = acc.total
     c.mismatches = acc.bad
     c.max_abs, c.max_rel, c.max_ulp = acc.max_abs, acc.max_rel, acc.max_ulp
+    c.max_abs_small, c.max_rel_large = acc.max_abs_small, acc.max_rel_large
     c.max_ratio = max(acc.best_ratio, 0.0)
     worst = acc.worst_bad if acc.bad else acc.worst
     if worst is not None:
@@ -299,6 +304,12 @@ def _block(acc: _Acc, idx: tuple[slice | int, ...], o: np.ndarray, r: np.ndarray
             acc.max_rel = max(acc.max_rel, float(rel.max()))
             if info is not None:
                 acc.max_ulp = max(acc.max_ulp, float((d / spacing).max()))
+            small = both & (abs_r <= 1.0)
+            if small.any():
+                acc.max_abs_small = max(acc.max_abs_small, float(d[small].max()))
+            large = both & (abs_r > 1.0)
+            if large.any():
+                acc.max_rel_large = max(acc.max_rel_large, float(rel[large].max()))
         ratio = np.where(both, d / np.where(allowed > 0, allowed, np.inf), 0.0)
         ratio = np.where(bad & ~both, np.inf, ratio)
         block_shape = _block_shape(acc.shape, idx)

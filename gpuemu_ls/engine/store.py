@@ -295,6 +295,22 @@ class Store:
         rows = self.query("SELECT data FROM snapshots WHERE id = ?", (snapshot_id,))
         return decode_arrays(rows[0]["data"]) if rows else None
 
+    def find_minimized(self, op: str, seed: int) -> tuple[Any, dict[str, np.ndarray]] | None:
+        """The newest minimized case of (op, seed) (a ``minimize`` run) and its inputs."""
+        from .plan import CaseSpec
+
+        rows = self.query(
+            "SELECT cases.* FROM cases JOIN runs ON runs.id = cases.run_id WHERE runs.source = 'minimize' AND"
+            " cases.op = ? AND cases.seed = ? AND cases.snapshot_id IS NOT NULL ORDER BY cases.id DESC LIMIT 1",
+            (op, seed))
+        if not rows:
+            return None
+        snap = self.load_snapshot(rows[0]["snapshot_id"])
+        detail = json.loads(rows[0]["detail"] or "{}")
+        if snap is None or "spec" not in detail:
+            return None
+        return CaseSpec.from_dict(detail["spec"]), snap
+
     def count(self, table: str) -> int:
         return int(self.db.execute(f"SELECT count(*) FROM [{table}]").fetchone()[0])
 
