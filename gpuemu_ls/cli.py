@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-
 import shlex
 import sys
 import time
@@ -19,19 +18,26 @@ from typing import Any
 
 from . import __version__
 from .console import Progress
+from .engine.baseline import baseline_path, from_document, load_baseline, regressions, write_baseline
 from .engine.calibrate import calibrate, write_tolerances
 from .engine.config import CONFIG_NAME, Config, find_workspace, load_config
 from .engine.errors import ConfigError, UsageError
-from .engine.plan import mode_filter
-from .engine.report import replay_command, row_line
-from .engine.store import Store, StoreError
-from .engine.baseline import baseline_path, from_document, load_baseline, regressions, write_baseline
 from .engine.formats import FORMATS, render
 from .engine.gate import GateOptions, run_gate
 from .engine.generate import generate_inputs
 from .engine.minimize import describe, minimize, store_minimized
+from .engine.plan import mode_filter
+from .engine.report import replay_command, row_line
 from .engine.repro import write_repro
-from .engine.results import build_document, document_from_store, merge_documents
+from .engine.results import (
+    build_document,
+    document_from_store,
+    exit_code,
+    merge_documents,
+    overall_status,
+    summarize,
+)
+from .engine.store import Store, StoreError
 from .engine.validate import RunOptions, plan_op, replay_spec, run_validation
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
@@ -45,22 +51,43 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-C", "--workspace", metavar="PATH", help="workspace folder (default: the nearest folder "
-                   f"holding {CONFIG_NAME}, from the current one up)")
+    p.add_argument(
+        "-C",
+        "--workspace",
+        metavar="PATH",
+        help=f"workspace folder (default: the nearest folder holding {CONFIG_NAME}, from the current one up)",
+    )
 
 
 def _run_flags(p: argparse.ArgumentParser, *, fuzz: bool = False) -> None:
     if not fuzz:
         mode = p.add_mutually_exclusive_group()
-        mode.add_argument("--quick", action="store_const", const="quick", dest="mode",
-                          help="float32 (or the op's first dtype), default and boundary shapes, [ci.quick] iterations")
-        mode.add_argument("--thorough", action="store_const", const="thorough", dest="mode",
-                          help="all dtypes, layouts, shapes and distributions (default)")
+        mode.add_argument(
+            "--quick",
+            action="store_const",
+            const="quick",
+            dest="mode",
+            help="float32 (or the op's first dtype), default and boundary shapes, [ci.quick] iterations",
+        )
+        mode.add_argument(
+            "--thorough",
+            action="store_const",
+            const="thorough",
+            dest="mode",
+            help="all dtypes, layouts, shapes and distributions (default)",
+        )
         p.add_argument("--op", action="append", metavar="NAME", help="only this op (repeatable)")
     p.add_argument("--seed", type=int, metavar="N", help="first case seed (default: [validation] seed)")
     p.add_argument("--iterations", type=int, metavar="N", help="cases per op")
-    p.add_argument("--parallel", "--jobs", "-j", type=int, dest="jobs", metavar="N",
-                   help="ops validated at once (default: [ci] parallel_jobs, else 1)")
+    p.add_argument(
+        "--parallel",
+        "--jobs",
+        "-j",
+        type=int,
+        dest="jobs",
+        metavar="N",
+        help="ops validated at once (default: [ci] parallel_jobs, else 1)",
+    )
     p.add_argument("--fail-fast", action="store_true", help="stop an op at its first failing case")
     p.add_argument("--format", choices=FORMATS, default="text")
     p.add_argument("--output", metavar="FILE", help="write the report there instead of stdout")
@@ -69,18 +96,33 @@ def _run_flags(p: argparse.ArgumentParser, *, fuzz: bool = False) -> None:
 
 
 def _gate_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--quick", action="store_const", const="quick", dest="mode", default="thorough",
-                   help="float32, default and boundary shapes, [ci.quick] iterations (pull requests)")
-    p.add_argument("--thorough", action="store_const", const="thorough", dest="mode",
-                   help="all dtypes, layouts, shapes and distributions, [ci] fuzz_iterations (default; nightly)")
+    p.add_argument(
+        "--quick",
+        action="store_const",
+        const="quick",
+        dest="mode",
+        default="thorough",
+        help="float32, default and boundary shapes, [ci.quick] iterations (pull requests)",
+    )
+    p.add_argument(
+        "--thorough",
+        action="store_const",
+        const="thorough",
+        dest="mode",
+        help="all dtypes, layouts, shapes and distributions, [ci] fuzz_iterations (default; nightly)",
+    )
     p.add_argument("--seed", type=int, metavar="N")
     p.add_argument("--iterations", type=int, metavar="N")
     p.add_argument("--parallel", "--jobs", "-j", type=int, dest="jobs", metavar="N")
     p.add_argument("--format", choices=FORMATS, default="text")
     p.add_argument("--output", metavar="FILE", help="write the report there (text still goes to stdout)")
     p.add_argument("--baseline", metavar="TAG|FILE", help="report regressions against this baseline")
-    p.add_argument("--fail-on-regression", action="store_true", default=None,
-                   help="regressions fail the gate (default: [policies] fail_on_regression)")
+    p.add_argument(
+        "--fail-on-regression",
+        action="store_true",
+        default=None,
+        help="regressions fail the gate (default: [policies] fail_on_regression)",
+    )
     p.add_argument("--shard", metavar="K/N", help="run the K-th of N deterministic slices of ops and kernels")
     p.add_argument("--op", action="append", metavar="NAME", help="only this op (repeatable)")
     p.add_argument("--no-kernels", action="store_true", help="skip the [[kernels]] lint")
@@ -172,6 +214,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--write", action="store_true", help="write the proposal into [ops.tolerances] of gpuemu.toml")
     p.add_argument("--format", choices=("text", "json"), default="text")
 
+    p = sub.add_parser("lint", help="compile [[kernels]] (or .cu/.ptx files) and lint their PTX/SASS")
+    _common(p)
+    p.add_argument("files", nargs="*", metavar="FILE.cu|FILE.ptx", help="lint these files instead of [[kernels]]")
+    p.add_argument("--kernel", action="append", metavar="NAME", help="only this [[kernels]] entry (repeatable)")
+    p.add_argument("--format", choices=FORMATS, default="text")
+    p.add_argument("--output", metavar="FILE")
+    p.add_argument("--show", type=int, default=20, metavar="N", help=argparse.SUPPRESS)
+
     p = sub.add_parser("init", help="write a starter workspace that passes")
     p.add_argument("path", nargs="?", default=".", help="folder to create it in (default: here)")
     p.add_argument("--force", action="store_true", help="overwrite existing files")
@@ -179,6 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # --- helpers ----------------------------------------------------------------------------------
+
 
 def _workspace(args: argparse.Namespace) -> Path:
     if getattr(args, "workspace", None):
@@ -217,10 +268,16 @@ def _emit(text: str, output: str | None) -> None:
         print(text)
 
 
-def _run_and_report(cfg: Config, args: argparse.Namespace, options: RunOptions, specs: dict[str, Any] | None = None,
-                    snapshots: dict[str, Any] | None = None) -> int:
-    plans = specs or {n: plan_op(cfg, cfg.op(n), options.mode, options.iterations, options.seed)
-                      for n in options.ops or []}
+def _run_and_report(
+    cfg: Config,
+    args: argparse.Namespace,
+    options: RunOptions,
+    specs: dict[str, Any] | None = None,
+    snapshots: dict[str, Any] | None = None,
+) -> int:
+    plans = specs or {
+        n: plan_op(cfg, cfg.op(n), options.mode, options.iterations, options.seed) for n in options.ops or []
+    }
     total = sum(len(v) for v in plans.values())
     progress = Progress(total, enabled=not args.no_progress and args.format == "text" and not args.output)
     options.on_case = lambda op, r, i, n: progress.case(op, r.status, i, n)
@@ -248,11 +305,20 @@ def _jobs(cfg: Config, args: argparse.Namespace) -> int:
 
 # --- commands ---------------------------------------------------------------------------------
 
+
 def cmd_test(args: argparse.Namespace) -> int:
     cfg = _config(args)
     mode = args.mode or "thorough"
-    options = RunOptions(mode=mode, iterations=args.iterations, seed=args.seed, ops=_ops(cfg, args.op),
-                         jobs=_jobs(cfg, args), fail_fast=args.fail_fast, source="cli", command=_argv())
+    options = RunOptions(
+        mode=mode,
+        iterations=args.iterations,
+        seed=args.seed,
+        ops=_ops(cfg, args.op),
+        jobs=_jobs(cfg, args),
+        fail_fast=args.fail_fast,
+        source="cli",
+        command=_argv(),
+    )
     if not cfg.ops:
         print(f"{cfg.path}: no [[ops]] to validate", file=sys.stderr)
         return EXIT_FAIL
@@ -263,18 +329,32 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
     cfg = _config(args)
     name = _ops(cfg, [args.op])[0]
     op = cfg.op(name)
-    for flag, values, valid in (("--dtype", args.dtype, op.dtypes), ("--layout", args.layout, op.layouts),
-                                ("--distribution", args.distribution, op.distributions)):
+    for flag, values, valid in (
+        ("--dtype", args.dtype, op.dtypes),
+        ("--layout", args.layout, op.layouts),
+        ("--distribution", args.distribution, op.distributions),
+    ):
         for v in values or ():
             if v not in valid:
                 raise UsageError(f"{flag} {v}: op {name!r} uses {', '.join(valid)}")
-    accept = mode_filter(op, dtypes=tuple(args.dtype) if args.dtype else None,
-                         layouts=tuple(args.layout) if args.layout else None,
-                         distributions=tuple(args.distribution) if args.distribution else None)
+    accept = mode_filter(
+        op,
+        dtypes=tuple(args.dtype) if args.dtype else None,
+        layouts=tuple(args.layout) if args.layout else None,
+        distributions=tuple(args.distribution) if args.distribution else None,
+    )
     iterations = args.iterations or cfg.ci.fuzz_iterations
     specs = {name: plan_op(cfg, op, "thorough", iterations, args.seed, accept)}
-    options = RunOptions(mode="fuzz", iterations=iterations, seed=args.seed, ops=[name], jobs=1,
-                         fail_fast=args.fail_fast, source="cli", command=_argv())
+    options = RunOptions(
+        mode="fuzz",
+        iterations=iterations,
+        seed=args.seed,
+        ops=[name],
+        jobs=1,
+        fail_fast=args.fail_fast,
+        source="cli",
+        command=_argv(),
+    )
     return _run_and_report(cfg, args, options, specs)
 
 
@@ -286,15 +366,22 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     if args.minimized:
         found = store.find_minimized(name, args.seed)
         if found is None:
-            raise UsageError(f"no minimized case for op {name!r} seed {args.seed} "
-                             f"(run `gpuemu minimize --op {name} --seed {args.seed}`)")
+            raise UsageError(
+                f"no minimized case for op {name!r} seed {args.seed} "
+                f"(run `gpuemu minimize --op {name} --seed {args.seed}`)"
+            )
         spec, snapshot = found
         source = "minimized snapshot"
     else:
         spec, snapshot, source = replay_spec(cfg, op, args.seed, None if args.regenerate else store)
     options = RunOptions(mode="reproduce", ops=[name], source="reproduce", command=_argv())
-    result = run_validation(cfg, options, store=store, specs_by_op={name: [spec]},
-                            snapshots={name: {spec.seed: snapshot}} if snapshot is not None else None)
+    result = run_validation(
+        cfg,
+        options,
+        store=store,
+        specs_by_op={name: [spec]},
+        snapshots={name: {spec.seed: snapshot}} if snapshot is not None else None,
+    )
     outcome = result.outcomes[0]
     case = outcome.cases[0] if outcome.cases else None
     repro = None
@@ -302,13 +389,28 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         inputs = snapshot if snapshot is not None else generate_inputs(op, spec).logical
         repro = write_repro(cfg, op, spec, inputs, case, label="_min" if args.minimized else "")
     if args.format == "json":
-        print(json.dumps({"schema": 1, "op": name, "seed": args.seed, "source": source, "status": outcome.status,
-                          "case": case.to_dict() if case else None, "message": outcome.message,
-                          "repro": str(repro) if repro else None}, indent=2, default=str))
+        print(
+            json.dumps(
+                {
+                    "schema": 1,
+                    "op": name,
+                    "seed": args.seed,
+                    "source": source,
+                    "status": outcome.status,
+                    "case": case.to_dict() if case else None,
+                    "message": outcome.message,
+                    "repro": str(repro) if repro else None,
+                },
+                indent=2,
+                default=str,
+            )
+        )
         return result.exit_code
     print(f"op {name}, seed {args.seed}: inputs {source}")
-    print(f"  strategy={spec.strategy} dtype={spec.dtype} {spec.shape_text()} layout={spec.layout} "
-          f"dist={spec.distribution} dims={spec.dims}")
+    print(
+        f"  strategy={spec.strategy} dtype={spec.dtype} {spec.shape_text()} layout={spec.layout} "
+        f"dist={spec.distribution} dims={spec.dims}"
+    )
     if case is None:
         print(f"  {outcome.message}")
         return result.exit_code
@@ -344,8 +446,14 @@ def cmd_minimize(args: argparse.Namespace) -> int:
     op = cfg.op(name)
     store = Store.for_workspace(cfg.root)
     tty = sys.stderr.isatty() and args.format == "text"
-    res = minimize(cfg, op, args.seed, store, max_trials=args.max_trials,
-                   on_step=(lambda step, n: print(f"  {step} (trial {n})", file=sys.stderr)) if tty else None)
+    res = minimize(
+        cfg,
+        op,
+        args.seed,
+        store,
+        max_trials=args.max_trials,
+        on_step=(lambda step, n: print(f"  {step} (trial {n})", file=sys.stderr)) if tty else None,
+    )
     store_minimized(store, cfg, res, command=_argv())
     repro = write_repro(cfg, op, res.minimized.spec, res.minimized_inputs, res.minimized, label="_min")
     info = describe(res)
@@ -386,8 +494,11 @@ def cmd_failures(args: argparse.Namespace) -> int:
         print(json.dumps({"schema": 1, "failures": out}, indent=2, default=str))
         return EXIT_OK
     if not rows:
-        print("no failures stored" + (f" for op {args.op}" if args.op else "") +
-              ("" if store.count("runs") else " (nothing has run yet: gpuemu test)"))
+        print(
+            "no failures stored"
+            + (f" for op {args.op}" if args.op else "")
+            + ("" if store.count("runs") else " (nothing has run yet: gpuemu test)")
+        )
         return EXIT_OK
     for r in rows:
         print(row_line(r, cfg.root, Path.cwd()))
@@ -406,13 +517,25 @@ def cmd_ops(args: argparse.Namespace) -> int:
     for op in cfg.ops:
         last = latest.get(op.name)
         runner = op.op_script if op.execution_mode == "script_based" else (op.module or f"({op.execution_mode})")
-        rows.append({
-            "name": op.name, "kind": "op", "mode": op.execution_mode, "op": runner, "reference": op.reference,
-            "framework": op.framework, "inputs": {i.name: list(i.shape) for i in op.inputs},
-            "dims": {d.name: (list(d.candidates) if d.candidates else [d.min, d.max, d.default]) for d in op.dims.values()},
-            "dtypes": list(op.dtypes), "layouts": list(op.layouts),
-            "status": last["status"] if last else "never run", "message": last["message"] if last else "",
-        })
+        rows.append(
+            {
+                "name": op.name,
+                "kind": "op",
+                "mode": op.execution_mode,
+                "op": runner,
+                "reference": op.reference,
+                "framework": op.framework,
+                "inputs": {i.name: list(i.shape) for i in op.inputs},
+                "dims": {
+                    d.name: (list(d.candidates) if d.candidates else [d.min, d.max, d.default])
+                    for d in op.dims.values()
+                },
+                "dtypes": list(op.dtypes),
+                "layouts": list(op.layouts),
+                "status": last["status"] if last else "never run",
+                "message": last["message"] if last else "",
+            }
+        )
     for k in cfg.kernels:
         rows.append({"name": k.name, "kind": "kernel", "source": k.source, "status": "lint"})
     if args.format == "json":
@@ -421,8 +544,10 @@ def cmd_ops(args: argparse.Namespace) -> int:
     for r in rows:
         if r["kind"] == "op":
             shapes = " ".join(f"{n}{s}" for n, s in r["inputs"].items())
-            print(f"{r['name']:24} {r['status']:10} {r['mode']:12} {r['op']} vs {r['reference']}  "
-                  f"{shapes}  {','.join(r['dtypes'])}")
+            print(
+                f"{r['name']:24} {r['status']:10} {r['mode']:12} {r['op']} vs {r['reference']}  "
+                f"{shapes}  {','.join(r['dtypes'])}"
+            )
         else:
             print(f"{r['name']:24} {'kernel':10} {r['source']}")
     return EXIT_OK
@@ -430,10 +555,18 @@ def cmd_ops(args: argparse.Namespace) -> int:
 
 def run_ci(cfg: Config, args: argparse.Namespace) -> int:
     """The gate, shared by ``gpuemu ci`` and ``gpuemu-ls --check``."""
-    options = GateOptions(mode=args.mode, seed=args.seed, iterations=args.iterations, jobs=args.jobs,
-                          baseline=args.baseline, fail_on_regression=args.fail_on_regression, shard=args.shard,
-                          ops=_ops(cfg, args.op) if args.op else None, kernels=not args.no_kernels,
-                          command=_argv())
+    options = GateOptions(
+        mode=args.mode,
+        seed=args.seed,
+        iterations=args.iterations,
+        jobs=args.jobs,
+        baseline=args.baseline,
+        fail_on_regression=args.fail_on_regression,
+        shard=args.shard,
+        ops=_ops(cfg, args.op) if args.op else None,
+        kernels=not args.no_kernels,
+        command=_argv(),
+    )
     progress = Progress(0, enabled=not args.no_progress and not args.output and args.format == "text")
     options.on_case = lambda op, r, i, n: progress.case(op, r.status, i, n)
     doc = run_gate(cfg, options)
@@ -467,8 +600,13 @@ def cmd_report(args: argparse.Namespace) -> int:
     else:
         cfg = _config(args)
         since = time.time() - args.since_hours * 3600 if args.since_hours else None
-        doc = document_from_store(cfg, Store.for_workspace(cfg.root), since=since, include_lint=args.include_lint,
-                                  include_artifacts=args.include_artifacts)
+        doc = document_from_store(
+            cfg,
+            Store.for_workspace(cfg.root),
+            since=since,
+            include_lint=args.include_lint,
+            include_artifacts=args.include_artifacts,
+        )
     _emit(render(doc, args.format, show=args.show), args.output)
     return int(doc["exit_code"])
 
@@ -505,23 +643,102 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     cfg = _config(args)
     name = _ops(cfg, [args.op])[0]
     op = cfg.op(name)
-    proposals = calibrate(cfg, op, dtypes=args.dtype, iterations=args.iterations, method=args.method,
-                          factor=args.factor, seed=args.seed, jobs=args.jobs)
+    proposals = calibrate(
+        cfg,
+        op,
+        dtypes=args.dtype,
+        iterations=args.iterations,
+        method=args.method,
+        factor=args.factor,
+        seed=args.seed,
+        jobs=args.jobs,
+    )
     if args.write:
         write_tolerances(cfg, op, proposals)
     if args.format == "json":
-        print(json.dumps({"schema": 1, "op": name, "method": args.method, "factor": args.factor,
-                          "written": bool(args.write), "proposals": [p.to_dict() for p in proposals]}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "schema": 1,
+                    "op": name,
+                    "method": args.method,
+                    "factor": args.factor,
+                    "written": bool(args.write),
+                    "proposals": [p.to_dict() for p in proposals],
+                },
+                indent=2,
+            )
+        )
         return EXIT_OK
     print(f"op {name}: {args.method} of per-case max errors x {args.factor:g}")
     for p in proposals:
         small, large = p.observed["abs_err_small_ref"], p.observed["rel_err_large_ref"]
-        print(f"  {p.dtype:9} {p.cases} cases ({p.excluded} excluded): abs err |ref|<=1 p95 {small['p95']:.3g} "
-              f"max {small['max']:.3g}; rel err |ref|>1 p95 {large['p95']:.3g} max {large['max']:.3g}")
-        print(f"            proposed atol={p.atol:.2g} rtol={p.rtol:.2g}  (now atol={p.current[0]:g} "
-              f"rtol={p.current[1]:g}; cases over the proposal: {p.failing_proposed}, failing now: {p.failing_now})")
-    print(f"written to {cfg.path} [ops.tolerances] of {name}" if args.write else "use --write to put this into gpuemu.toml")
+        print(
+            f"  {p.dtype:9} {p.cases} cases ({p.excluded} excluded): abs err |ref|<=1 p95 {small['p95']:.3g} "
+            f"max {small['max']:.3g}; rel err |ref|>1 p95 {large['p95']:.3g} max {large['max']:.3g}"
+        )
+        print(
+            f"            proposed atol={p.atol:.2g} rtol={p.rtol:.2g}  (now atol={p.current[0]:g} "
+            f"rtol={p.current[1]:g}; cases over the proposal: {p.failing_proposed}, failing now: {p.failing_now})"
+        )
+    print(
+        f"written to {cfg.path} [ops.tolerances] of {name}"
+        if args.write
+        else "use --write to put this into gpuemu.toml"
+    )
     return EXIT_OK
+
+
+def cmd_lint(args: argparse.Namespace) -> int:
+    from .engine.kernels import cache_dir, lint_entries, lint_path
+
+    cfg: Config | None = None
+    if args.workspace or not args.files:
+        cfg = _config(args)
+    elif (found := find_workspace(Path.cwd())) is not None:
+        cfg = load_config(found)
+    if args.files:
+        cache = cache_dir(cfg) if cfg else Path.home() / ".cache" / "gpuemu" / "lint"
+        entries = []
+        for f in args.files:
+            if not Path(f).is_file():
+                raise UsageError(f"{f}: no such file")
+            entries += lint_path(Path(f), cfg, cache)
+    else:
+        assert cfg is not None
+        names = args.kernel
+        for n in names or ():
+            try:
+                cfg.kernel(n)
+            except KeyError as exc:
+                raise UsageError(str(exc.args[0])) from None
+        if not cfg.kernels:
+            raise UsageError(f"{cfg.path}: no [[kernels]] to lint (or pass FILE.cu)")
+        entries = lint_entries(cfg, names)
+    if cfg is not None:
+        doc = build_document(cfg, None, kernels=entries, mode="lint")
+    else:
+        doc = {
+            "schema": 1,
+            "tool": {"name": "gpuemu-ls", "version": __version__},
+            "workspace": str(Path.cwd()),
+            "config": None,
+            "mode": "lint",
+            "seed": None,
+            "run_id": None,
+            "shard": None,
+            "created_at": time.time(),
+            "elapsed": sum(e["elapsed"] for e in entries),
+            "fail_on_regression": False,
+            "ops": [],
+            "kernels": entries,
+            "regressions": [],
+        }
+        doc["summary"] = summarize(entries, [])
+        doc["status"] = overall_status(entries)
+        doc["exit_code"] = exit_code(doc, fail_on_regression=False)
+    _emit(render(doc, args.format, show=args.show), args.output)
+    return int(doc["exit_code"])
 
 
 def cmd_init(args: argparse.Namespace) -> int:
@@ -535,9 +752,20 @@ def cmd_init(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-COMMANDS = {"test": cmd_test, "fuzz": cmd_fuzz, "reproduce": cmd_reproduce, "failures": cmd_failures,
-            "ops": cmd_ops, "init": cmd_init, "ci": cmd_ci, "minimize": cmd_minimize,
-            "calibrate": cmd_calibrate, "report": cmd_report, "baseline": cmd_baseline}
+COMMANDS = {
+    "test": cmd_test,
+    "fuzz": cmd_fuzz,
+    "reproduce": cmd_reproduce,
+    "failures": cmd_failures,
+    "ops": cmd_ops,
+    "init": cmd_init,
+    "ci": cmd_ci,
+    "minimize": cmd_minimize,
+    "calibrate": cmd_calibrate,
+    "lint": cmd_lint,
+    "report": cmd_report,
+    "baseline": cmd_baseline,
+}
 
 
 def _argv() -> str:
@@ -581,5 +809,3 @@ def main() -> None:  # python -m gpuemu_ls.cli
 
 if __name__ == "__main__":
     main()
-
-

@@ -32,8 +32,10 @@ class Progress:
                 width = 28
                 filled = int(width * self.done / max(self.total, 1))
                 ops = " ".join(f"{k} {a}/{b}" for k, (a, b) in list(self.current.items())[-2:])
-                self.stream.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} cases, "
-                                  f"{self.failed} not passed  {ops}"[:160].ljust(100))
+                self.stream.write(
+                    f"\r[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} cases, "
+                    f"{self.failed} not passed  {ops}"[:160].ljust(100)
+                )
                 self.stream.flush()
 
     def op_done(self, line: str) -> None:

@@ -39,17 +39,32 @@ def from_document(doc: dict[str, Any], tag: str) -> dict[str, Any]:
     ops = {}
     for e in doc["ops"]:
         stats = e.get("stats") or {}
-        ops[e["name"]] = {"status": e["status"], "cases": e.get("cases", 0), "failed": e.get("failed", 0),
-                          "max_abs": stats.get("max_abs"), "max_rel": stats.get("max_rel"),
-                          "max_ratio": stats.get("max_ratio")}
+        ops[e["name"]] = {
+            "status": e["status"],
+            "cases": e.get("cases", 0),
+            "failed": e.get("failed", 0),
+            "max_abs": stats.get("max_abs"),
+            "max_rel": stats.get("max_rel"),
+            "max_ratio": stats.get("max_ratio"),
+        }
     kernels = {}
     for k in doc["kernels"]:
-        kernels[k["name"]] = {"status": k["status"], "resources": k.get("resources", {}),
-                              "ptx_instructions": k.get("ptx_instructions", {}),
-                              "sass_instructions": k.get("sass_instructions", {})}
-    return {"schema": SCHEMA, "tag": tag, "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "tool": f"gpuemu-ls {__version__}", "mode": doc.get("mode"), "seed": doc.get("seed"),
-            "ops": dict(sorted(ops.items())), "kernels": dict(sorted(kernels.items()))}
+        kernels[k["name"]] = {
+            "status": k["status"],
+            "resources": k.get("resources", {}),
+            "ptx_instructions": k.get("ptx_instructions", {}),
+            "sass_instructions": k.get("sass_instructions", {}),
+        }
+    return {
+        "schema": SCHEMA,
+        "tag": tag,
+        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "tool": f"gpuemu-ls {__version__}",
+        "mode": doc.get("mode"),
+        "seed": doc.get("seed"),
+        "ops": dict(sorted(ops.items())),
+        "kernels": dict(sorted(kernels.items())),
+    }
 
 
 def write_baseline(path: Path, baseline: dict[str, Any]) -> Path:
@@ -79,19 +94,37 @@ def regressions(doc: dict[str, Any], baseline: dict[str, Any], threshold: float)
             continue
         stats = e.get("stats") or {}
         if old["status"] == "passed" and e["status"] != "passed":
-            out.append({"kind": "op", "name": e["name"], "reason": f"passed in baseline {baseline['tag']!r}, "
-                        f"now {e['status']}: {e.get('message', '')}", "location": e.get("source") or e.get("location"),
-                        "baseline": old, "current": {"status": e["status"], **stats}})
+            out.append(
+                {
+                    "kind": "op",
+                    "name": e["name"],
+                    "reason": f"passed in baseline {baseline['tag']!r}, now {e['status']}: {e.get('message', '')}",
+                    "location": e.get("source") or e.get("location"),
+                    "baseline": old,
+                    "current": {"status": e["status"], **stats},
+                }
+            )
             continue
         cur, base = stats.get("max_abs"), old.get("max_abs")
         ratio = stats.get("max_ratio")
-        if (isinstance(cur, (int, float)) and isinstance(base, (int, float)) and cur > base * (1 + threshold)
-                and isinstance(ratio, (int, float)) and ratio >= NOISE_FLOOR):
-            out.append({"kind": "op", "name": e["name"],
-                        "reason": f"max error grew from {base:.3g} to {cur:.3g} (> +{threshold:.0%}; now "
-                                  f"{ratio:.0%} of tolerance)",
-                        "location": e.get("source") or e.get("location"),
-                        "baseline": old, "current": {"status": e["status"], **stats}})
+        if (
+            isinstance(cur, (int, float))
+            and isinstance(base, (int, float))
+            and cur > base * (1 + threshold)
+            and isinstance(ratio, (int, float))
+            and ratio >= NOISE_FLOOR
+        ):
+            out.append(
+                {
+                    "kind": "op",
+                    "name": e["name"],
+                    "reason": f"max error grew from {base:.3g} to {cur:.3g} (> +{threshold:.0%}; now "
+                    f"{ratio:.0%} of tolerance)",
+                    "location": e.get("source") or e.get("location"),
+                    "baseline": old,
+                    "current": {"status": e["status"], **stats},
+                }
+            )
     for k in doc["kernels"]:
         old = baseline.get("kernels", {}).get(k["name"])
         if old is None:
@@ -101,21 +134,15 @@ def regressions(doc: dict[str, Any], baseline: dict[str, Any], threshold: float)
     return out
 
 
-_RESOURCE_KEYS = ("registers", "spill_stores", "spill_loads", "stack_frame", "local_memory")
-
-
 def kernel_growth(old: dict[str, Any], new: dict[str, Any], threshold: float) -> list[str]:
     """Growth in registers, spills or local memory, or in instruction counts beyond the threshold."""
-    reasons = []
-    o_res, n_res = old.get("resources") or {}, new.get("resources") or {}
-    for key in _RESOURCE_KEYS:
-        a, b = o_res.get(key), n_res.get(key)
-        if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b > a:
-            reasons.append(f"{key} grew from {a} to {b}")
-    for which in ("sass_instructions", "ptx_instructions"):
-        a_tot = sum((old.get(which) or {}).values())
-        b_tot = sum((new.get(which) or {}).values())
-        if a_tot and b_tot > a_tot * (1 + threshold):
-            reasons.append(f"{which.split('_')[0].upper()} instruction count grew from {a_tot} to {b_tot} "
-                           f"(> +{threshold:.0%})")
-    return reasons
+    from .cuda.diff import diff_results
+
+    def as_result(d: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "resources": d.get("resources") or {},
+            "ptx_instructions": d.get("ptx_instructions") or None,
+            "sass_histogram": d.get("sass_instructions") or None,
+        }
+
+    return [c.message for c in diff_results(as_result(old), as_result(new), threshold) if c.regression]

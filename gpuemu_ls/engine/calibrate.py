@@ -39,9 +39,17 @@ class Proposal:
     excluded: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"dtype": self.dtype, "cases": self.cases, "atol": self.atol, "rtol": self.rtol,
-                "current": list(self.current), "observed": self.observed, "failing_now": self.failing_now,
-                "failing_proposed": self.failing_proposed, "excluded": self.excluded}
+        return {
+            "dtype": self.dtype,
+            "cases": self.cases,
+            "atol": self.atol,
+            "rtol": self.rtol,
+            "current": list(self.current),
+            "observed": self.observed,
+            "failing_now": self.failing_now,
+            "failing_proposed": self.failing_proposed,
+            "excluded": self.excluded,
+        }
 
 
 def round_up(x: float, digits: int = 2) -> float:
@@ -61,9 +69,17 @@ def _stat(values: list[float], method: str) -> float:
     return float(np.percentile(values, float(method[1:])))
 
 
-def calibrate(config: Config, op: OpConfig, *, dtypes: list[str] | None = None, iterations: int = 200,
-              method: str = DEFAULT_METHOD, factor: float = DEFAULT_FACTOR, seed: int | None = None,
-              jobs: int = 1) -> list[Proposal]:
+def calibrate(
+    config: Config,
+    op: OpConfig,
+    *,
+    dtypes: list[str] | None = None,
+    iterations: int = 200,
+    method: str = DEFAULT_METHOD,
+    factor: float = DEFAULT_FACTOR,
+    seed: int | None = None,
+    jobs: int = 1,
+) -> list[Proposal]:
     """Run the op over ``iterations`` cases per dtype and propose (atol, rtol) per dtype."""
     if method not in METHODS:
         raise UsageError(f"--method {method!r}: use one of {', '.join(METHODS)}")
@@ -76,22 +92,32 @@ def calibrate(config: Config, op: OpConfig, *, dtypes: list[str] | None = None, 
     proposals = []
     for d in chosen:
         specs = plan_op(config, op, "thorough", iterations, seed, mode_filter(op, dtypes=(d,)))
-        result = run_validation(config, RunOptions(mode="calibrate", ops=[op.name], jobs=jobs, source="calibrate",
-                                                   store=False), specs_by_op={op.name: specs})
+        result = run_validation(
+            config,
+            RunOptions(mode="calibrate", ops=[op.name], jobs=jobs, source="calibrate", store=False),
+            specs_by_op={op.name: specs},
+        )
         cases = result.outcomes[0].cases
         small, large, excluded = [], [], 0
         for c in cases:
             numeric = [cmp for cmp in c.comparisons if cmp.kind in (None, "mismatch")]
-            if c.status == "error" or not numeric or c.kind in ("unexpected_nan", "unexpected_inf", "missing_nan",
-                                                                "shape_mismatch", "dtype_mismatch"):
+            if (
+                c.status == "error"
+                or not numeric
+                or c.kind in ("unexpected_nan", "unexpected_inf", "missing_nan", "shape_mismatch", "dtype_mismatch")
+            ):
                 excluded += 1
                 continue
             small.append(max(cmp.max_abs_small for cmp in numeric))
             large.append(max(cmp.max_rel_large for cmp in numeric))
         out_dtype = op.output_dtype or d
         atol = round_up(_stat(small, method) * factor)
-        rtol = round_up(max(_stat(large, method) * factor, dt.FLOAT_INFO[out_dtype].unit_roundoff
-                            if out_dtype in dt.FLOAT_INFO else 0.0))
+        rtol = round_up(
+            max(
+                _stat(large, method) * factor,
+                dt.FLOAT_INFO[out_dtype].unit_roundoff if out_dtype in dt.FLOAT_INFO else 0.0,
+            )
+        )
         current = resolve_tolerance(op, config.validation, out_dtype)
         p = Proposal(d, len(cases), atol, rtol, current, excluded=excluded)
         for label, vals in (("abs_err_small_ref", small), ("rel_err_large_ref", large)):

@@ -27,8 +27,17 @@ from .rng import Stream
 from .runners import CallError, Runner, promote
 
 #: Failure kinds that are wrong answers; everything else that is not a pass is an error.
-FAILURE_KINDS = ("mismatch", "unexpected_nan", "unexpected_inf", "missing_nan", "shape_mismatch",
-                 "dtype_mismatch", "output_names", "input_mutation", "invariant")
+FAILURE_KINDS = (
+    "mismatch",
+    "unexpected_nan",
+    "unexpected_inf",
+    "missing_nan",
+    "shape_mismatch",
+    "dtype_mismatch",
+    "output_names",
+    "input_mutation",
+    "invariant",
+)
 SENSITIVITY_RUNS = 2
 
 
@@ -125,8 +134,12 @@ def _same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
     return a.shape == b.shape and a.tobytes() == b.tobytes()
 
 
-def run_case(ctx: CaseContext, spec: CaseSpec, snapshot: dict[str, np.ndarray] | None = None,
-             phase: Callable[[str], None] = lambda _p: None) -> CaseResult:
+def run_case(
+    ctx: CaseContext,
+    spec: CaseSpec,
+    snapshot: dict[str, np.ndarray] | None = None,
+    phase: Callable[[str], None] = lambda _p: None,
+) -> CaseResult:
     """Run one case: the op on the case's inputs, the reference on the same values in float64, compare."""
     op = ctx.op
     inputs: CaseInputs = with_layout(snapshot, spec.layout) if snapshot is not None else generate_inputs(op, spec)
@@ -145,15 +158,25 @@ def run_case(ctx: CaseContext, spec: CaseSpec, snapshot: dict[str, np.ndarray] |
     try:
         op_out = ctx.op_runner.call(inputs.views, dict(op.kwargs))
     except CallError as exc:
-        return fail("error", f"op_{exc.kind}" if exc.kind != "raised" else "op_error", exc.message,
-                    file=exc.file, line=exc.line, stderr=exc.stderr)
+        return fail(
+            "error",
+            f"op_{exc.kind}" if exc.kind != "raised" else "op_error",
+            exc.message,
+            file=exc.file,
+            line=exc.line,
+            stderr=exc.stderr,
+        )
     result.durations["op"] = time.perf_counter() - t0
 
-    mutated = [n for n, v in inputs.views.items()
-               if not _same_bytes(v.base if isinstance(v.base, np.ndarray) else v, pristine[n])]
+    mutated = [
+        n
+        for n, v in inputs.views.items()
+        if not _same_bytes(v.base if isinstance(v.base, np.ndarray) else v, pristine[n])
+    ]
     if mutated:
-        return fail("failed", "input_mutation",
-                    f"the op wrote into its input(s) {', '.join(mutated)}: inputs must be read-only")
+        return fail(
+            "failed", "input_mutation", f"the op wrote into its input(s) {', '.join(mutated)}: inputs must be read-only"
+        )
 
     phase("reference")
     ref_inputs = {n: promote(a) for n, a in inputs.logical.items()}
@@ -161,15 +184,22 @@ def run_case(ctx: CaseContext, spec: CaseSpec, snapshot: dict[str, np.ndarray] |
     try:
         ref_out = ctx.ref_runner.call(ref_inputs, dict(op.kwargs))
     except CallError as exc:
-        return fail("error", f"reference_{exc.kind}" if exc.kind != "raised" else "reference_error", exc.message,
-                    file=exc.file, line=exc.line, stderr=exc.stderr)
+        return fail(
+            "error",
+            f"reference_{exc.kind}" if exc.kind != "raised" else "reference_error",
+            exc.message,
+            file=exc.file,
+            line=exc.line,
+            stderr=exc.stderr,
+        )
     result.durations["reference"] = time.perf_counter() - t0
 
     phase("compare")
     t0 = time.perf_counter()
     if set(op_out) != set(ref_out):
-        return fail("failed", "output_names",
-                    f"the op returned outputs {sorted(op_out)}, the reference {sorted(ref_out)}")
+        return fail(
+            "failed", "output_names", f"the op returned outputs {sorted(op_out)}, the reference {sorted(ref_out)}"
+        )
     eps = sensitivity_eps(spec)
     sens_cache: dict[str, np.ndarray | None] | None = None
 
@@ -188,13 +218,31 @@ def run_case(ctx: CaseContext, spec: CaseSpec, snapshot: dict[str, np.ndarray] |
         atol, rtol = resolve_tolerance(op, ctx.validation, expected)
         result.tolerance = (atol, rtol)
         if got != expected:
-            cmp = Comparison(name, False, "dtype_mismatch", got, tuple(out.shape), atol, rtol,
-                             detail=f"output {name!r} is {got}, expected {expected}"
-                             + (" (the case dtype)" if not op.output_dtype else " (output_dtype)"))
+            cmp = Comparison(
+                name,
+                False,
+                "dtype_mismatch",
+                got,
+                tuple(out.shape),
+                atol,
+                rtol,
+                detail=f"output {name!r} is {got}, expected {expected}"
+                + (" (the case dtype)" if not op.output_dtype else " (output_dtype)"),
+            )
         else:
-            cmp = compare_output(name, out, ref.astype(np.float64) if ref_float else ref, expected, atol, rtol,
-                                 check_nan=ctx.validation.check_nan, check_inf=ctx.validation.check_inf,
-                                 sensitivity=lambda n=name: sensitivity(n), eps=eps, keep_mask=True)
+            cmp = compare_output(
+                name,
+                out,
+                ref.astype(np.float64) if ref_float else ref,
+                expected,
+                atol,
+                rtol,
+                check_nan=ctx.validation.check_nan,
+                check_inf=ctx.validation.check_inf,
+                sensitivity=lambda n=name: sensitivity(n),
+                eps=eps,
+                keep_mask=True,
+            )
             if not cmp.passed:
                 result.features.setdefault("outputs", {})[name] = output_features(cmp, inputs.logical, op)
         result.comparisons.append(cmp)
@@ -202,15 +250,22 @@ def run_case(ctx: CaseContext, spec: CaseSpec, snapshot: dict[str, np.ndarray] |
         first = op.inputs[0].name if op.inputs else None
         for name in sorted(ref_out):
             atol, rtol = result.tolerance or (0.0, 0.0)
-            result.violations += check_invariants(op.invariants, op_out[name], ref_out[name],
-                                                  inputs.logical[first].shape if first else None, atol, rtol)
+            result.violations += check_invariants(
+                op.invariants, op_out[name], ref_out[name], inputs.logical[first].shape if first else None, atol, rtol
+            )
     result.durations["compare"] = time.perf_counter() - t0
     bad = [c for c in result.comparisons if not c.passed]
     if bad:
         worst = max(bad, key=lambda c: (c.kind in ("shape_mismatch", "dtype_mismatch"), c.max_ratio))
         kinds = [c.kind for c in bad]
-        kind = next((k for k in ("shape_mismatch", "dtype_mismatch", "unexpected_nan", "unexpected_inf", "missing_nan")
-                     if k in kinds), "mismatch")
+        kind = next(
+            (
+                k
+                for k in ("shape_mismatch", "dtype_mismatch", "unexpected_nan", "unexpected_inf", "missing_nan")
+                if k in kinds
+            ),
+            "mismatch",
+        )
         return fail("failed", kind, worst.summary())
     if result.violations:
         v = result.violations[0]
@@ -225,8 +280,9 @@ def _dtype_name(dtype: np.dtype) -> str:
         return str(dtype)
 
 
-def _sensitivity(ctx: CaseContext, spec: CaseSpec, ref_inputs: dict[str, np.ndarray],
-                 ref_out: dict[str, np.ndarray], eps: float) -> dict[str, np.ndarray | None]:
+def _sensitivity(
+    ctx: CaseContext, spec: CaseSpec, ref_inputs: dict[str, np.ndarray], ref_out: dict[str, np.ndarray], eps: float
+) -> dict[str, np.ndarray | None]:
     """Largest change of each reference output when float inputs move by relative amounts up to eps."""
     worst: dict[str, np.ndarray | None] = {}
     for j in range(SENSITIVITY_RUNS):

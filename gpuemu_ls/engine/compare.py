@@ -119,12 +119,15 @@ class Comparison:
             )
         if self.first_index is not None:
             lines.append(f"First mismatch at {list(self.first_index)}")
-        for label, n in (("unexpected NaN", self.unexpected_nan), ("unexpected inf", self.unexpected_inf),
-                         ("missing NaN (reference is NaN)", self.missing_nan),
-                         ("NaN ignored (check_nan = false)", self.nan_ignored),
-                         ("inf ignored (check_inf = false)", self.inf_ignored),
-                         ("inconclusive (intermediate overflow is inherent)", self.inconclusive),
-                         ("within measured ill-conditioning", self.widened)):
+        for label, n in (
+            ("unexpected NaN", self.unexpected_nan),
+            ("unexpected inf", self.unexpected_inf),
+            ("missing NaN (reference is NaN)", self.missing_nan),
+            ("NaN ignored (check_nan = false)", self.nan_ignored),
+            ("inf ignored (check_inf = false)", self.inf_ignored),
+            ("inconclusive (intermediate overflow is inherent)", self.inconclusive),
+            ("within measured ill-conditioning", self.widened),
+        ):
             if n:
                 lines.append(f"Elements {label}: {n}")
         return "\n".join(lines)
@@ -195,8 +198,16 @@ def compare_output(
     """Compare one output with its reference; see the module docstring for the rule."""
     shape = tuple(np.shape(ref_out))
     if tuple(np.shape(op_out)) != shape:
-        return Comparison(name, False, "shape_mismatch", out_dtype, tuple(np.shape(op_out)), atol, rtol,
-                          detail=f"output {name!r} has shape {list(np.shape(op_out))}, the reference {list(shape)}")
+        return Comparison(
+            name,
+            False,
+            "shape_mismatch",
+            out_dtype,
+            tuple(np.shape(op_out)),
+            atol,
+            rtol,
+            detail=f"output {name!r} has shape {list(np.shape(op_out))}, the reference {list(shape)}",
+        )
     keep = keep_mask and int(np.prod(shape, dtype=np.int64)) <= MASK_LIMIT
     cmp = _pass(name, op_out, ref_out, out_dtype, atol, rtol, check_nan, check_inf, None, eps, chunk, keep)
     if not cmp.passed and sensitivity is not None and cmp.kind not in ("missing_nan",):
@@ -209,9 +220,20 @@ def compare_output(
     return cmp
 
 
-def _pass(name: str, op_out: np.ndarray, ref_out: np.ndarray, out_dtype: str, atol: float, rtol: float,
-          check_nan: bool, check_inf: bool, sens: np.ndarray | None, eps: float, chunk: int,
-          keep_mask: bool) -> Comparison:
+def _pass(
+    name: str,
+    op_out: np.ndarray,
+    ref_out: np.ndarray,
+    out_dtype: str,
+    atol: float,
+    rtol: float,
+    check_nan: bool,
+    check_inf: bool,
+    sens: np.ndarray | None,
+    eps: float,
+    chunk: int,
+    keep_mask: bool,
+) -> Comparison:
     shape = tuple(np.shape(ref_out))
     info = dt.FLOAT_INFO.get(out_dtype)
     acc = _Acc(shape, axis_counts=[np.zeros(n, dtype=np.int64) for n in shape])
@@ -242,8 +264,15 @@ def _pass(name: str, op_out: np.ndarray, ref_out: np.ndarray, out_dtype: str, at
     c.inf_ignored = acc.counts.get("inf_ignored", 0)
     c.inconclusive = acc.counts.get("inconclusive", 0)
     if not c.passed:
-        c.kind = ("unexpected_nan" if c.unexpected_nan else "unexpected_inf" if c.unexpected_inf
-                  else "missing_nan" if c.missing_nan and c.missing_nan == c.mismatches else "mismatch")
+        c.kind = (
+            "unexpected_nan"
+            if c.unexpected_nan
+            else "unexpected_inf"
+            if c.unexpected_inf
+            else "missing_nan"
+            if c.missing_nan and c.missing_nan == c.mismatches
+            else "mismatch"
+        )
         c.axis_counts = [a.tolist() for a in acc.axis_counts]
         if acc.ratios:
             rs = np.concatenate(acc.ratios)
@@ -253,9 +282,20 @@ def _pass(name: str, op_out: np.ndarray, ref_out: np.ndarray, out_dtype: str, at
     return c
 
 
-def _block(acc: _Acc, idx: tuple[slice | int, ...], o: np.ndarray, r: np.ndarray, s: np.ndarray | None,
-           info: dt.FloatInfo | None, atol: float, rtol: float, check_nan: bool, check_inf: bool,
-           eps: float, ratio_step: int) -> None:
+def _block(
+    acc: _Acc,
+    idx: tuple[slice | int, ...],
+    o: np.ndarray,
+    r: np.ndarray,
+    s: np.ndarray | None,
+    info: dt.FloatInfo | None,
+    atol: float,
+    rtol: float,
+    check_nan: bool,
+    check_inf: bool,
+    eps: float,
+    ratio_step: int,
+) -> None:
     n = o.size
     if n == 0:
         return
@@ -338,11 +378,19 @@ def _block(acc: _Acc, idx: tuple[slice | int, ...], o: np.ndarray, r: np.ndarray
         sel = both & (abs_r > (info.tiny if info else 0.0))
         if sel.any():
             sample = (o[sel] / r[sel])[::ratio_step]
-            acc.ratios.append(sample[: RATIO_SAMPLES])
+            acc.ratios.append(sample[:RATIO_SAMPLES])
 
 
-def _worst(acc: _Acc, idx: tuple[slice | int, ...], origin: tuple[int, ...], block_shape: tuple[int, ...], k: int,
-           o: np.ndarray, r: np.ndarray, allowed: np.ndarray | float) -> tuple[tuple[int, ...], float, float, float]:
+def _worst(
+    acc: _Acc,
+    idx: tuple[slice | int, ...],
+    origin: tuple[int, ...],
+    block_shape: tuple[int, ...],
+    k: int,
+    o: np.ndarray,
+    r: np.ndarray,
+    allowed: np.ndarray | float,
+) -> tuple[tuple[int, ...], float, float, float]:
     a = float(allowed[k]) if isinstance(allowed, np.ndarray) and allowed.ndim else float(allowed)  # type: ignore[arg-type]
     return _global_index(acc.shape, idx, origin, k, block_shape), float(o[k]), float(r[k]), a
 
@@ -359,8 +407,13 @@ def _block_shape(shape: tuple[int, ...], idx: tuple[slice | int, ...]) -> tuple[
     return tuple(out)
 
 
-def _global_index(shape: tuple[int, ...], idx: tuple[slice | int, ...], origin: tuple[int, ...], flat: int,
-                  block_shape: tuple[int, ...]) -> tuple[int, ...]:
+def _global_index(
+    shape: tuple[int, ...],
+    idx: tuple[slice | int, ...],
+    origin: tuple[int, ...],
+    flat: int,
+    block_shape: tuple[int, ...],
+) -> tuple[int, ...]:
     local = np.unravel_index(flat, block_shape) if block_shape else ()
     out: list[int] = []
     li = iter(int(x) for x in local)

@@ -290,8 +290,15 @@ def _parse_checked(path: Path, text: str, *, user: bool) -> tuple[dict[str, Any]
     except tomllib.TOMLDecodeError as exc:
         line, col = _decode_error_position(exc)
         raise ConfigError(
-            [Problem(f"TOML syntax error: {_strip_position(str(exc))}", path, line, col,
-                     hint="see https://toml.io for the syntax")]
+            [
+                Problem(
+                    f"TOML syntax error: {_strip_position(str(exc))}",
+                    path,
+                    line,
+                    col,
+                    hint="see https://toml.io for the syntax",
+                )
+            ]
         ) from None
     checker = _Checker(path, PositionIndex(text), user=user)
     checker.check_document(raw)
@@ -336,27 +343,69 @@ _TOP_KEYS = {"project", "validation", "ops", "kernels", "policies", "ci", "cuda"
 _USER_KEYS = {"project", "validation", "policies", "ci", "cuda"}
 _PROJECT_KEYS = {"name", "framework", "description", "allow_external_paths"}
 _VALIDATION_KEYS = {
-    "dtypes", "check_nan", "check_inf", "seed", "tolerances", "iterations", "timeout",
-    "distributions", "max_failure_snapshots", "memory_limit_mb",
+    "dtypes",
+    "check_nan",
+    "check_inf",
+    "seed",
+    "tolerances",
+    "iterations",
+    "timeout",
+    "distributions",
+    "max_failure_snapshots",
+    "memory_limit_mb",
 }
 _OP_KEYS = {
-    "name", "module", "reference", "op_script", "execution_mode", "input_names", "invariants",
-    "tolerances", "dtypes", "layouts", "framework", "inputs", "dims", "kwargs", "distributions",
-    "output_dtype", "timeout", "iterations", "seeds", "description",
+    "name",
+    "module",
+    "reference",
+    "op_script",
+    "execution_mode",
+    "input_names",
+    "invariants",
+    "tolerances",
+    "dtypes",
+    "layouts",
+    "framework",
+    "inputs",
+    "dims",
+    "kwargs",
+    "distributions",
+    "output_dtype",
+    "timeout",
+    "iterations",
+    "seeds",
+    "description",
 }
 _INPUT_KEYS = {"shape", "dtype", "range", "distributions"}
 _DIM_KEYS = {"min", "max", "default"}
 _KERNEL_KEYS = {
-    "name", "source", "reference", "function", "arch", "flags", "include_dirs", "defines",
-    "artifact_checks", "description",
+    "name",
+    "source",
+    "reference",
+    "function",
+    "arch",
+    "flags",
+    "include_dirs",
+    "defines",
+    "artifact_checks",
+    "description",
 }
 _CHECK_KEYS = {
-    "max_registers", "max_spills", "max_local_memory_bytes", "max_shared_memory_bytes",
-    "forbidden_instructions", "required_instructions",
+    "max_registers",
+    "max_spills",
+    "max_local_memory_bytes",
+    "max_shared_memory_bytes",
+    "forbidden_instructions",
+    "required_instructions",
 }
 _POLICY_KEYS = {"fail_on_regression", "warn_threshold"}
 _CI_KEYS = {
-    "quick_dtypes", "thorough_timeout", "parallel_jobs", "fuzz_iterations", "regression_threshold", "quick",
+    "quick_dtypes",
+    "thorough_timeout",
+    "parallel_jobs",
+    "fuzz_iterations",
+    "regression_threshold",
+    "quick",
 }
 _CI_QUICK_KEYS = {"iterations", "dtypes"}
 _CUDA_KEYS = {"nvcc", "arch", "flags", "include_dirs", "defines", "artifact_checks"}
@@ -373,11 +422,25 @@ class _Checker:
         self.warnings: list[Problem] = []
 
     # --- reporting -------------------------------------------------------------------------
-    def problem(self, path: tuple[str | int, ...], message: str, hint: str | None = None,
-                *, on_key: bool = False, warning: bool = False) -> None:
+    def problem(
+        self,
+        path: tuple[str | int, ...],
+        message: str,
+        hint: str | None = None,
+        *,
+        on_key: bool = False,
+        warning: bool = False,
+    ) -> None:
         span = self.index.key(path) if on_key else self.index.value(path)
-        p = Problem(message, self.path, span.line if span else None, span.column if span else None, hint,
-                    span.end_line if span else None, span.end_column if span else None)
+        p = Problem(
+            message,
+            self.path,
+            span.line if span else None,
+            span.column if span else None,
+            hint,
+            span.end_line if span else None,
+            span.end_column if span else None,
+        )
         (self.warnings if warning else self.problems).append(p)
 
     @staticmethod
@@ -411,13 +474,24 @@ class _Checker:
             "list": isinstance(value, list),
         }[kind]
         if not ok:
-            words = {"str": "a string", "bool": "true or false", "int": "an integer", "number": "a number",
-                     "list": "an array"}
+            words = {
+                "str": "a string",
+                "bool": "true or false",
+                "int": "an integer",
+                "number": "a number",
+                "list": "an array",
+            }
             self.problem(path, f"{self.dotted(path)} must be {words[kind]}, not {_tname(value)}")
         return ok
 
-    def str_list(self, path: tuple[str | int, ...], value: Any, choices: tuple[str, ...] | None = None,
-                 what: str = "value", allow_empty: bool = False) -> None:
+    def str_list(
+        self,
+        path: tuple[str | int, ...],
+        value: Any,
+        choices: tuple[str, ...] | None = None,
+        what: str = "value",
+        allow_empty: bool = False,
+    ) -> None:
         if not self.typed(path, value, "list"):
             return
         if not value and not allow_empty:
@@ -434,8 +508,7 @@ class _Checker:
                 self.problem((*path, i), f"{what} {item!r} is listed twice")
             seen.add(item)
 
-    def nonneg(self, path: tuple[str | int, ...], value: Any, kind: str = "number",
-               positive: bool = False) -> None:
+    def nonneg(self, path: tuple[str | int, ...], value: Any, kind: str = "number", positive: bool = False) -> None:
         if self.typed(path, value, kind) and (value <= 0 if positive else value < 0):
             self.problem(path, f"{self.dotted(path)} must be {'> 0' if positive else '>= 0'}, got {value}")
 
@@ -446,9 +519,12 @@ class _Checker:
         for name, tol in tbl.items():
             if name not in dt.FLOAT_NAMES:
                 close = difflib.get_close_matches(name, dt.FLOAT_NAMES, n=1)
-                self.problem((*path, name), f"tolerances are per float dtype; {name!r} is not one",
-                             f"did you mean {close[0]!r}?" if close else f"valid: {', '.join(dt.FLOAT_NAMES)}",
-                             on_key=True)
+                self.problem(
+                    (*path, name),
+                    f"tolerances are per float dtype; {name!r} is not one",
+                    f"did you mean {close[0]!r}?" if close else f"valid: {', '.join(dt.FLOAT_NAMES)}",
+                    on_key=True,
+                )
                 continue
             t = self.table((*path, name), tol)
             if t is None:
@@ -480,8 +556,15 @@ class _Checker:
         if "kernels" in raw:
             self.check_kernels(raw["kernels"])
         if not raw.get("ops") and not raw.get("kernels"):
-            self.warnings.append(Problem("no [[ops]] or [[kernels]]: nothing to validate", self.path, 1, 1,
-                                         "add an [[ops]] entry; `gpuemu init` writes a working example"))
+            self.warnings.append(
+                Problem(
+                    "no [[ops]] or [[kernels]]: nothing to validate",
+                    self.path,
+                    1,
+                    1,
+                    "add an [[ops]] entry; `gpuemu init` writes a working example",
+                )
+            )
 
     def check_project(self, path: tuple[str | int, ...], value: Any) -> None:
         tbl = self.table(path, value)
@@ -499,8 +582,11 @@ class _Checker:
     def choice(self, path: tuple[str | int, ...], value: Any, choices: tuple[str, ...], what: str) -> None:
         if self.typed(path, value, "str") and value not in choices:
             close = difflib.get_close_matches(value, choices, n=1)
-            self.problem(path, f"unknown {what} {value!r}",
-                         f"did you mean {close[0]!r}?" if close else f"valid: {', '.join(choices)}")
+            self.problem(
+                path,
+                f"unknown {what} {value!r}",
+                f"did you mean {close[0]!r}?" if close else f"valid: {', '.join(choices)}",
+            )
 
     def check_validation(self, path: tuple[str | int, ...], value: Any) -> None:
         tbl = self.table(path, value)
@@ -607,8 +693,11 @@ class _Checker:
                     self.problem((*path, "name"), "op name must not be empty")
                 if name in names:
                     first = self.index.value(("ops", names[name], "name"))
-                    self.problem((*path, "name"), f"duplicate op name {name!r}",
-                                 f"first defined at line {first.line}" if first else None)
+                    self.problem(
+                        (*path, "name"),
+                        f"duplicate op name {name!r}",
+                        f"first defined at line {first.line}" if first else None,
+                    )
                 else:
                     names[name] = i
             self.check_op(path, tbl, raw)
@@ -626,26 +715,40 @@ class _Checker:
             self.script_ref((*path, "op_script"), op["op_script"])
         ref = op.get("reference")
         if "reference" not in op:
-            self.problem(path, f"op {op.get('name', '?')!r} has no reference",
-                         'add reference = "refs/my_ref.py" (a script) or "module:function" (float64, in process)',
-                         on_key=True)
+            self.problem(
+                path,
+                f"op {op.get('name', '?')!r} has no reference",
+                'add reference = "refs/my_ref.py" (a script) or "module:function" (float64, in process)',
+                on_key=True,
+            )
         elif isinstance(ref, str):
             if is_callable_ref(ref):
                 self.callable_ref((*path, "reference"), ref, "reference")
             else:
                 self.script_ref((*path, "reference"), ref)
         if mode == "script_based" and "op_script" not in op:
-            self.problem((*path, "execution_mode"), "execution_mode = 'script_based' needs op_script",
-                         'add op_script = "ops/my_op.py" (reads the inputs as JSON on stdin)')
+            self.problem(
+                (*path, "execution_mode"),
+                "execution_mode = 'script_based' needs op_script",
+                'add op_script = "ops/my_op.py" (reads the inputs as JSON on stdin)',
+            )
         if mode == "in_process" and "module" not in op:
-            self.problem((*path, "execution_mode"), "execution_mode = 'in_process' needs module",
-                         'add module = "file:function"')
+            self.problem(
+                (*path, "execution_mode"), "execution_mode = 'in_process' needs module", 'add module = "file:function"'
+            )
         if mode in (None, "in_process", "script_based") and "module" not in op and "op_script" not in op:
-            self.problem(path, f"op {op.get('name', '?')!r} has nothing to run: neither module nor op_script",
-                         'add module = "file:function" or op_script = "ops/my_op.py"', on_key=True)
+            self.problem(
+                path,
+                f"op {op.get('name', '?')!r} has nothing to run: neither module nor op_script",
+                'add module = "file:function" or op_script = "ops/my_op.py"',
+                on_key=True,
+            )
         if "module" in op and "op_script" in op and mode is None:
-            self.problem((*path, "op_script"), "both module and op_script are set; which one is the op?",
-                         "set execution_mode = 'script_based' or 'in_process'")
+            self.problem(
+                (*path, "op_script"),
+                "both module and op_script are set; which one is the op?",
+                "set execution_mode = 'script_based' or 'in_process'",
+            )
         if "framework" in op:
             self.choice((*path, "framework"), op["framework"], FRAMEWORKS, "framework")
         if "dtypes" in op:
@@ -661,8 +764,9 @@ class _Checker:
         if "tolerances" in op:
             self.tolerances((*path, "tolerances"), op["tolerances"])
         if isinstance(op.get("output_dtype"), str) and op["output_dtype"] not in dt.ALL_NAMES:
-            self.problem((*path, "output_dtype"), f"unknown dtype {op['output_dtype']!r}",
-                         f"valid: {', '.join(dt.ALL_NAMES)}")
+            self.problem(
+                (*path, "output_dtype"), f"unknown dtype {op['output_dtype']!r}", f"valid: {', '.join(dt.ALL_NAMES)}"
+            )
         if "timeout" in op:
             self.nonneg((*path, "timeout"), op["timeout"], positive=True)
         if "iterations" in op:
@@ -682,8 +786,11 @@ class _Checker:
         for name, spec in tbl.items():
             p = (*path, name)
             if isinstance(spec, bool) or not isinstance(spec, (int, list, dict)):
-                self.problem(p, f"dim {name} must be an integer, a list of candidates or {{min, max, default}}",
-                             f"e.g. {name} = {{ min = 1, max = 4096, default = 1024 }}")
+                self.problem(
+                    p,
+                    f"dim {name} must be an integer, a list of candidates or {{min, max, default}}",
+                    f"e.g. {name} = {{ min = 1, max = 4096, default = 1024 }}",
+                )
             elif isinstance(spec, int):
                 self.nonneg(p, spec, "int")
             elif isinstance(spec, list):
@@ -714,9 +821,12 @@ class _Checker:
                 used.add(d)
             missing = [d for d in DEFAULT_INPUT_SHAPE if d not in dims]
             if missing and dims:
-                self.problem((*path, "dims"),
-                             f"without [ops.inputs], inputs have shape {list(DEFAULT_INPUT_SHAPE)}; "
-                             f"dims {', '.join(missing)} are then built in", warning=True)
+                self.problem(
+                    (*path, "dims"),
+                    f"without [ops.inputs], inputs have shape {list(DEFAULT_INPUT_SHAPE)}; "
+                    f"dims {', '.join(missing)} are then built in",
+                    warning=True,
+                )
         else:
             tbl = self.table((*path, "inputs"), inputs)
             if tbl is None:
@@ -736,14 +846,20 @@ class _Checker:
                         if isinstance(d, str):
                             used.add(d)
                             if d not in dims:
-                                self.problem((*p, "shape", j), f"dim {d!r} is used but not declared in [ops.dims]",
-                                             f"add {d} = {{ min = 1, max = 1024, default = 64 }} under [ops.dims]")
+                                self.problem(
+                                    (*p, "shape", j),
+                                    f"dim {d!r} is used but not declared in [ops.dims]",
+                                    f"add {d} = {{ min = 1, max = 1024, default = 64 }} under [ops.dims]",
+                                )
                         elif isinstance(d, bool) or not isinstance(d, int) or d < 0:
                             self.problem((*p, "shape", j), "a shape entry is a dim name or an integer >= 0")
                 if "dtype" in s and self.typed((*p, "dtype"), s["dtype"], "str") and s["dtype"] not in dt.ALL_NAMES:
                     close = difflib.get_close_matches(s["dtype"], dt.ALL_NAMES, n=1)
-                    self.problem((*p, "dtype"), f"unknown dtype {s['dtype']!r}",
-                                 f"did you mean {close[0]!r}?" if close else f"valid: {', '.join(dt.ALL_NAMES)}")
+                    self.problem(
+                        (*p, "dtype"),
+                        f"unknown dtype {s['dtype']!r}",
+                        f"did you mean {close[0]!r}?" if close else f"valid: {', '.join(dt.ALL_NAMES)}",
+                    )
                 if "distributions" in s:
                     self.str_list((*p, "distributions"), s["distributions"], DISTRIBUTIONS, "distribution")
                 if "range" in s:
@@ -762,13 +878,20 @@ class _Checker:
                             self.problem((*p, "range"), f"empty range [{r[0]}, {r[1]})")
             names = op.get("input_names")
             if isinstance(names, list) and all(isinstance(n, str) for n in names) and set(names) != set(tbl):
-                self.problem((*path, "input_names"),
-                             f"input_names {names} do not match the [ops.inputs] tables {list(tbl)}",
-                             "name the same inputs in both, or drop input_names (order = table order)")
+                self.problem(
+                    (*path, "input_names"),
+                    f"input_names {names} do not match the [ops.inputs] tables {list(tbl)}",
+                    "name the same inputs in both, or drop input_names (order = table order)",
+                )
         for name in dims:
             if name not in used:
-                self.problem((*path, "dims", name), f"dim {name!r} is declared but no input uses it",
-                             "use it in a shape or range, or remove it", on_key=True, warning=True)
+                self.problem(
+                    (*path, "dims", name),
+                    f"dim {name!r} is declared but no input uses it",
+                    "use it in a shape or range, or remove it",
+                    on_key=True,
+                    warning=True,
+                )
 
     def callable_ref(self, path: tuple[str | int, ...], ref: str, what: str) -> None:
         if ":" not in ref:
@@ -784,16 +907,22 @@ class _Checker:
             top = mod.split(".")[0]
             if "." not in mod and importlib.util.find_spec(top) is not None:
                 return  # an installed module: its function is checked when it is imported
-            self.problem(path, f"module {mod!r} not found in the workspace ({root})",
-                         f"expected {mod.replace('.', '/')}.py next to {CONFIG_NAME}")
+            self.problem(
+                path,
+                f"module {mod!r} not found in the workspace ({root})",
+                f"expected {mod.replace('.', '/')}.py next to {CONFIG_NAME}",
+            )
             return
         found = top_level_names(file)
         if found is None:
             self.problem(path, f"cannot parse {file.name} to find {func!r}", "fix the Python syntax error first")
         elif func not in found and "*" not in found and "__getattr__" not in found:
             close = difflib.get_close_matches(func, sorted(found), n=1)
-            self.problem(path, f"{file.name} defines no {func!r}",
-                         f"did you mean {close[0]!r}?" if close else f"define def {func}(...) in {file.name}")
+            self.problem(
+                path,
+                f"{file.name} defines no {func!r}",
+                f"did you mean {close[0]!r}?" if close else f"define def {func}(...) in {file.name}",
+            )
 
     def script_ref(self, path: tuple[str | int, ...], rel: str) -> None:
         target = (self.path.parent / rel).resolve()
@@ -822,8 +951,7 @@ class _Checker:
                     self.problem((*path, "name"), f"duplicate kernel name {name!r}")
                 names[name] = i
             if "source" not in tbl:
-                self.problem(path, f"kernel {name!r} has no source", 'add source = "kernels/my_kernel.cu"',
-                             on_key=True)
+                self.problem(path, f"kernel {name!r} has no source", 'add source = "kernels/my_kernel.cu"', on_key=True)
             elif self.typed((*path, "source"), tbl["source"], "str"):
                 src = (self.path.parent / tbl["source"]).resolve()
                 if not src.is_file():
@@ -926,8 +1054,11 @@ class _Checker:
         for path, rel in refs:
             target = (root / rel).resolve()
             if not target.is_relative_to(root):
-                self.problem(path, f"{rel!r} resolves outside the workspace ({target})",
-                             "set allow_external_paths = true under [project] if this is intended")
+                self.problem(
+                    path,
+                    f"{rel!r} resolves outside the workspace ({target})",
+                    "set allow_external_paths = true under [project] if this is intended",
+                )
 
     def build_op(self, index: int, op: dict[str, Any], validation: ValidationConfig, framework: str) -> OpConfig:
         dims: dict[str, DimSpec] = {}
@@ -946,7 +1077,9 @@ class _Checker:
                     shape=tuple(op["inputs"][n]["shape"]),
                     dtype=op["inputs"][n].get("dtype"),
                     range=tuple(op["inputs"][n]["range"]) if "range" in op["inputs"][n] else None,  # type: ignore[arg-type]
-                    distributions=tuple(op["inputs"][n]["distributions"]) if "distributions" in op["inputs"][n] else None,
+                    distributions=tuple(op["inputs"][n]["distributions"])
+                    if "distributions" in op["inputs"][n]
+                    else None,
                 )
                 for n in order
             )

@@ -12,9 +12,9 @@ guess. The location comes from the failing outputs' mismatch counts per axis, th
 from __future__ import annotations
 
 import itertools
-from pathlib import Path
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -53,14 +53,28 @@ def _candidates(cases: list[CaseResult]) -> list[Predicate]:
             preds.append(Predicate(f"{d} == {v}", lambda c, d=d, v=v: c.spec.dims.get(d) == v, 2, dim=d, kind="equal"))
         for k in range(1, 13):
             b = 1 << k
-            preds.append(Predicate(f"{d} % {b} != 0", lambda c, d=d, b=b: c.spec.dims.get(d, 0) % b != 0, 3, dim=d,
-                                   block=b, kind="modulo"))
+            preds.append(
+                Predicate(
+                    f"{d} % {b} != 0",
+                    lambda c, d=d, b=b: c.spec.dims.get(d, 0) % b != 0,
+                    3,
+                    dim=d,
+                    block=b,
+                    kind="modulo",
+                )
+            )
         for t in values[:-1]:
-            preds.append(Predicate(f"{d} > {t}", lambda c, d=d, t=t: c.spec.dims.get(d, 0) > t, 4, dim=d,
-                                   threshold=t, kind="above"))
+            preds.append(
+                Predicate(
+                    f"{d} > {t}", lambda c, d=d, t=t: c.spec.dims.get(d, 0) > t, 4, dim=d, threshold=t, kind="above"
+                )
+            )
         for t in values[1:]:
-            preds.append(Predicate(f"{d} < {t}", lambda c, d=d, t=t: c.spec.dims.get(d, 0) < t, 4, dim=d,
-                                   threshold=t, kind="below"))
+            preds.append(
+                Predicate(
+                    f"{d} < {t}", lambda c, d=d, t=t: c.spec.dims.get(d, 0) < t, 4, dim=d, threshold=t, kind="below"
+                )
+            )
     return preds
 
 
@@ -81,9 +95,15 @@ def find_condition(bad: list[CaseResult], good: list[CaseResult]) -> Predicate |
     useful = [p for p in cands if all(p.test(c) for c in bad)]
     for a, b in itertools.combinations(sorted(useful, key=lambda p: p.rank), 2):
         if _separates(lambda c, a=a, b=b: a.test(c) and b.test(c), bad, good):
-            return Predicate(f"{a.text} and {b.text}", lambda c, a=a, b=b: a.test(c) and b.test(c),
-                             10 + a.rank + b.rank, dim=a.dim or b.dim, block=a.block or b.block,
-                             threshold=a.threshold or b.threshold, kind=f"{a.kind}+{b.kind}")
+            return Predicate(
+                f"{a.text} and {b.text}",
+                lambda c, a=a, b=b: a.test(c) and b.test(c),
+                10 + a.rank + b.rank,
+                dim=a.dim or b.dim,
+                block=a.block or b.block,
+                threshold=a.threshold or b.threshold,
+                kind=f"{a.kind}+{b.kind}",
+            )
     return None
 
 
@@ -131,11 +151,15 @@ def _location(bad: list[CaseResult], op: OpConfig, cond: Predicate | None) -> li
     masked_info = [f for f in feats if "bad_rows_masked" in f and f.get("bad_rows")]
     if masked_info and all(f["bad_rows_masked"] == f["bad_rows"] for f in masked_info):
         n = sum(f["bad_rows"] for f in masked_info)
-        notes.append(f"errors only in rows that are entirely -inf ({n}/{n} bad rows): "
-                     "likely NaN from 0/0 on fully masked rows")
+        notes.append(
+            f"errors only in rows that are entirely -inf ({n}/{n} bad rows): likely NaN from 0/0 on fully masked rows"
+        )
         return notes
-    if masked_info and all(f["bad_rows_with_inf"] == f["bad_rows"] for f in masked_info) and \
-            not all(f.get("bad_rows_with_inf") == 0 for f in masked_info):
+    if (
+        masked_info
+        and all(f["bad_rows_with_inf"] == f["bad_rows"] for f in masked_info)
+        and not all(f.get("bad_rows_with_inf") == 0 for f in masked_info)
+    ):
         notes.append("errors only in rows that hold -inf: likely -inf not handled (inf - inf, or exp of -inf rows)")
         return notes
     # tail tile
@@ -159,12 +183,16 @@ def _location(bad: list[CaseResult], op: OpConfig, cond: Predicate | None) -> li
                 whole += 1
         if tails and tails == len(comps):
             v, t = max(starts)
-            notes.append(f"errors only in {cond.dim} >= the last multiple of {cond.block} (e.g. {cond.dim}={v}: "
-                         f"indices >= {t}, the last partial block): likely a missing tail mask")
+            notes.append(
+                f"errors only in {cond.dim} >= the last multiple of {cond.block} (e.g. {cond.dim}={v}: "
+                f"indices >= {t}, the last partial block): likely a missing tail mask"
+            )
         elif whole and whole + tails == len(comps):
-            notes.append(f"errors across the whole {cond.dim} axis whenever its last block is partial: "
-                         "padding read into a reduction (likely a missing tail mask, or padding that is not the "
-                         "reduction's identity)")
+            notes.append(
+                f"errors across the whole {cond.dim} axis whenever its last block is partial: "
+                "padding read into a reduction (likely a missing tail mask, or padding that is not the "
+                "reduction's identity)"
+            )
     # constant ratio: a missing or wrong scale
     ratios = [cmp.ratio for _, cmp in comps if cmp.ratio and cmp.ratio.get("samples", 0) >= 8]
     if ratios and "unexpected_nan" not in kinds:
@@ -195,8 +223,11 @@ def _scale_hint(bad: list[CaseResult], medians: list[float]) -> str:
                     ok = False
                     break
             if ok:
-                return f" (op/ref = {label}({d}) in every case: the 1/sqrt({d}) or {d} factor)" if label else \
-                    f" (op/ref = {d} in every case)"
+                return (
+                    f" (op/ref = {label}({d}) in every case: the 1/sqrt({d}) or {d} factor)"
+                    if label
+                    else f" (op/ref = {d} in every case)"
+                )
     return ""
 
 
@@ -229,9 +260,11 @@ def _hint(cond: Predicate, kinds: set[str]) -> str:
     if k == "modulo":
         return f"sizes that are not a multiple of {cond.block} break it: the partial last block"
     if k == "above":
-        return (f"fails once {cond.dim} exceeds {cond.threshold}: state carried across blocks of {cond.dim} is lost "
-                "(accumulator overwritten, running max/sum not rescaled) or error grows with length "
-                "(low-precision accumulation)")
+        return (
+            f"fails once {cond.dim} exceeds {cond.threshold}: state carried across blocks of {cond.dim} is lost "
+            "(accumulator overwritten, running max/sum not rescaled) or error grows with length "
+            "(low-precision accumulation)"
+        )
     if k == "below":
         return f"fails only for small {cond.dim}: an edge size"
     return ""
@@ -277,8 +310,10 @@ def diagnose_cases(cases: list[CaseResult], op: OpConfig, root: Path | None = No
         necessary = find_necessary(bad, good)
         if necessary is not None:
             cond, hits = necessary
-            line = (f"{verb} only if {cond.text} ({len(bad)}/{len(bad)} {noun}; {hits}/{len(good)} passing cases "
-                    "also satisfy it, the bug hides on some inputs)")
+            line = (
+                f"{verb} only if {cond.text} ({len(bad)}/{len(bad)} {noun}; {hits}/{len(good)} passing cases "
+                "also satisfy it, the bug hides on some inputs)"
+            )
         else:
             line = f"no simple condition found ({len(bad)}/{len(cases)} cases {noun})"
     parts = [line]
@@ -294,4 +329,3 @@ def diagnose_cases(cases: list[CaseResult], op: OpConfig, root: Path | None = No
 
 def diagnose(outcome: OpOutcome, op: OpConfig, root: Path | None = None) -> str:
     return diagnose_cases(outcome.cases, op, root)
-

@@ -59,7 +59,7 @@ def heatmap(mask: np.ndarray) -> list[list[float]]:
     for i in range(len(r_edges) - 1):
         row = []
         for j in range(len(c_edges) - 1):
-            cell = m[r_edges[i]:r_edges[i + 1], c_edges[j]:c_edges[j + 1]]
+            cell = m[r_edges[i] : r_edges[i + 1], c_edges[j] : c_edges[j + 1]]
             row.append(round(float(cell.mean()), 3) if cell.size else 0.0)
         grid.append(row)
     return grid

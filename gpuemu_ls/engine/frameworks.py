@@ -110,8 +110,11 @@ def get_adapter(framework: str) -> Adapter:
     """The adapter for a framework name; ImportError says which extra to install."""
     if framework == "numpy":
         return Adapter()
-    factories = {"pytorch": (TorchAdapter, "torch"), "jax": (JaxAdapter, "jax"),
-                 "tensorflow": (TensorflowAdapter, "tensorflow")}
+    factories = {
+        "pytorch": (TorchAdapter, "torch"),
+        "jax": (JaxAdapter, "jax"),
+        "tensorflow": (TensorflowAdapter, "tensorflow"),
+    }
     factory, extra = factories[framework]
     try:
         return factory()

@@ -79,10 +79,18 @@ def run_gate(config: Config, options: GateOptions, store: Store | None = None) -
     thorough = options.mode == "thorough"
     iterations = options.iterations or (config.ci.fuzz_iterations if thorough else config.ci.quick_iterations)
     run_opts = RunOptions(
-        mode=options.mode, iterations=iterations, seed=options.seed, ops=ops,
-        jobs=options.jobs or default_jobs(config), time_budget=config.ci.thorough_timeout if thorough else None,
-        source=options.source, command=options.command, store=options.store, cancel=options.cancel,
-        on_case=options.on_case)
+        mode=options.mode,
+        iterations=iterations,
+        seed=options.seed,
+        ops=ops,
+        jobs=options.jobs or default_jobs(config),
+        time_budget=config.ci.thorough_timeout if thorough else None,
+        source=options.source,
+        command=options.command,
+        store=options.store,
+        cancel=options.cancel,
+        on_case=options.on_case,
+    )
     if options.store and store is None:
         store = Store.for_workspace(config.root)
     run = run_validation(config, run_opts, store=store) if ops else None
@@ -93,16 +101,31 @@ def run_gate(config: Config, options: GateOptions, store: Store | None = None) -
         kernel_entries = lint_entries(config, kernels)
         if store is not None and run is not None and run.run_id:
             for e in kernel_entries:
-                store.add_op_result(run.run_id, e["name"], "kernel", e["status"], duration=e["elapsed"],
-                                    message=e["message"], detail=e)
-    fail_on_regression = (options.fail_on_regression if options.fail_on_regression is not None
-                          else config.policies.fail_on_regression)
-    doc = build_document(config, run, kernels=kernel_entries, shard=options.shard,
-                         fail_on_regression=fail_on_regression, mode=options.mode)
+                store.add_op_result(
+                    run.run_id, e["name"], "kernel", e["status"], duration=e["elapsed"], message=e["message"], detail=e
+                )
+    fail_on_regression = (
+        options.fail_on_regression if options.fail_on_regression is not None else config.policies.fail_on_regression
+    )
+    doc = build_document(
+        config,
+        run,
+        kernels=kernel_entries,
+        shard=options.shard,
+        fail_on_regression=fail_on_regression,
+        mode=options.mode,
+    )
     if options.baseline:
         base = load_baseline(baseline_path(config, options.baseline))
         regs = regressions(doc, base, config.ci.regression_threshold)
-        doc = build_document(config, run, kernels=kernel_entries, regressions=regs, shard=options.shard,
-                             fail_on_regression=fail_on_regression, mode=options.mode,
-                             extra={"baseline": base.get("tag")})
+        doc = build_document(
+            config,
+            run,
+            kernels=kernel_entries,
+            regressions=regs,
+            shard=options.shard,
+            fail_on_regression=fail_on_regression,
+            mode=options.mode,
+            extra={"baseline": base.get("tag")},
+        )
     return doc

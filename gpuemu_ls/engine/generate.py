@@ -48,8 +48,11 @@ def generate_inputs(op: OpConfig, spec: CaseSpec) -> CaseInputs:
         s = Stream("values", op.name, spec.seed, inp.name)
         if dist == "range" or not dt.is_float(name):
             lo, hi = _range(inp, spec, name)
-            logical[inp.name] = integer_values(s, shape, name, lo, hi) if not dt.is_float(name) else \
-                _cast(lo + (hi - lo) * s.uniform(_numel(shape)).reshape(shape), name)
+            logical[inp.name] = (
+                integer_values(s, shape, name, lo, hi)
+                if not dt.is_float(name)
+                else _cast(lo + (hi - lo) * s.uniform(_numel(shape)).reshape(shape), name)
+            )
         else:
             logical[inp.name] = _cast(float_values(s, shape, dist, name), name)
     return with_layout(logical, spec.layout)
@@ -102,8 +105,20 @@ def float_values(s: Stream, shape: tuple[int, ...], dist: str, name: str) -> np.
     if dist == "uniform":
         return (2.0 * s.uniform(n) - 1.0).reshape(shape)
     if dist == "boundary":
-        specials = np.array([0.0, -0.0, 1.0, -1.0, info.tiny, -info.tiny, info.smallest_subnormal,
-                             -info.smallest_subnormal, info.max_value * (1 - info.eps), -info.max_value * (1 - info.eps)])
+        specials = np.array(
+            [
+                0.0,
+                -0.0,
+                1.0,
+                -1.0,
+                info.tiny,
+                -info.tiny,
+                info.smallest_subnormal,
+                -info.smallest_subnormal,
+                info.max_value * (1 - info.eps),
+                -info.max_value * (1 - info.eps),
+            ]
+        )
         base = s.normal(n)
         pick = s.integers(0, 2 * len(specials), n)
         use = pick < len(specials)

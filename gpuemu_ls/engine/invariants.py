@@ -20,8 +20,12 @@ class Violation:
     message: str
 
     def to_dict(self) -> dict[str, object]:
-        return {"invariant": self.invariant, "count": self.count,
-                "index": list(self.index) if self.index is not None else None, "message": self.message}
+        return {
+            "invariant": self.invariant,
+            "count": self.count,
+            "index": list(self.index) if self.index is not None else None,
+            "message": self.message,
+        }
 
 
 def _first(mask: np.ndarray) -> tuple[int, ...] | None:
@@ -30,8 +34,14 @@ def _first(mask: np.ndarray) -> tuple[int, ...] | None:
     return tuple(int(i) for i in np.unravel_index(int(np.argmax(mask)), mask.shape))
 
 
-def check_invariants(names: tuple[str, ...], out: np.ndarray, ref: np.ndarray, first_input_shape: tuple[int, ...] | None,
-                     atol: float, rtol: float) -> list[Violation]:
+def check_invariants(
+    names: tuple[str, ...],
+    out: np.ndarray,
+    ref: np.ndarray,
+    first_input_shape: tuple[int, ...] | None,
+    atol: float,
+    rtol: float,
+) -> list[Violation]:
     """Violations of the named invariants by ``out`` (op output) that ``ref`` does not share."""
     found: list[Violation] = []
     o = np.asarray(out).astype(np.float64)
@@ -40,22 +50,39 @@ def check_invariants(names: tuple[str, ...], out: np.ndarray, ref: np.ndarray, f
         for name in names:
             if name == "shape_preserved":
                 if first_input_shape is not None and tuple(o.shape) != tuple(first_input_shape):
-                    found.append(Violation(name, 1, None, f"output shape {list(o.shape)} != input shape "
-                                           f"{list(first_input_shape)}"))
+                    found.append(
+                        Violation(
+                            name, 1, None, f"output shape {list(o.shape)} != input shape {list(first_input_shape)}"
+                        )
+                    )
                 continue
             if o.shape != r.shape:
                 continue  # the comparison reports the shape mismatch
             if name == "finite":
                 bad = ~np.isfinite(o) & np.isfinite(r)
                 if bad.any():
-                    found.append(Violation(name, int(bad.sum()), _first(bad),
-                                           f"{int(bad.sum())} non-finite outputs where the reference is finite"))
+                    found.append(
+                        Violation(
+                            name,
+                            int(bad.sum()),
+                            _first(bad),
+                            f"{int(bad.sum())} non-finite outputs where the reference is finite",
+                        )
+                    )
             elif name == "non_negative":
                 bad = (o < 0) & (r >= 0)
                 if bad.any():
                     i = _first(bad)
-                    found.append(Violation(name, int(bad.sum()), i, f"{int(bad.sum())} negative outputs "
-                                           f"(first {o[i]:.6g} at {list(i)})" if i else "negative outputs"))
+                    found.append(
+                        Violation(
+                            name,
+                            int(bad.sum()),
+                            i,
+                            f"{int(bad.sum())} negative outputs (first {o[i]:.6g} at {list(i)})"
+                            if i
+                            else "negative outputs",
+                        )
+                    )
             elif name == "normalized" and o.ndim >= 1 and o.shape[-1] > 0:
                 n = o.shape[-1]
                 bound = n * atol + rtol + 4 * n * np.finfo(np.float32).eps
@@ -63,12 +90,22 @@ def check_invariants(names: tuple[str, ...], out: np.ndarray, ref: np.ndarray, f
                 bad = ~(np.abs(so - 1.0) <= bound) & (np.abs(sr - 1.0) <= bound)
                 if bad.any():
                     i = _first(bad)
-                    found.append(Violation(name, int(bad.sum()), i, f"{int(bad.sum())} rows do not sum to 1 "
-                                           f"(row {list(i) if i else '?'} sums to {so[i]:.6g}, bound {bound:.3g})"))
+                    found.append(
+                        Violation(
+                            name,
+                            int(bad.sum()),
+                            i,
+                            f"{int(bad.sum())} rows do not sum to 1 "
+                            f"(row {list(i) if i else '?'} sums to {so[i]:.6g}, bound {bound:.3g})",
+                        )
+                    )
             elif name == "symmetric" and o.ndim >= 2 and o.shape[-1] == o.shape[-2]:
                 allowed = atol + rtol * np.abs(r)
                 bad = ~(np.abs(o - np.swapaxes(o, -1, -2)) <= allowed) & (np.abs(r - np.swapaxes(r, -1, -2)) <= allowed)
                 if bad.any():
-                    found.append(Violation(name, int(bad.sum()), _first(bad),
-                                           f"{int(bad.sum())} elements differ from their transpose"))
+                    found.append(
+                        Violation(
+                            name, int(bad.sum()), _first(bad), f"{int(bad.sum())} elements differ from their transpose"
+                        )
+                    )
     return found

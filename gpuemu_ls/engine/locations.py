@@ -29,8 +29,13 @@ class Location:
             return self.file.as_posix()
 
     def to_dict(self, root: Path) -> dict[str, object]:
-        return {"file": self.relative(root), "line": self.line, "column": self.column,
-                "end_line": self.end_line, "end_column": self.end_column}
+        return {
+            "file": self.relative(root),
+            "line": self.line,
+            "column": self.column,
+            "end_line": self.end_line,
+            "end_column": self.end_column,
+        }
 
 
 def config_location(config: Config, path: tuple[str | int, ...]) -> Location:

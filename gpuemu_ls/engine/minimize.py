@@ -123,12 +123,29 @@ class _Trials:
 
 def _spec_with(spec: CaseSpec, op: OpConfig, dims: dict[str, int]) -> CaseSpec:
     shapes = {i.name: shape_of(i.shape, dims) for i in op.inputs}
-    return CaseSpec(spec.op, spec.seed, spec.strategy, spec.dtype, spec.layout, spec.distribution, dict(dims), shapes,
-                    dict(spec.input_distributions))
+    return CaseSpec(
+        spec.op,
+        spec.seed,
+        spec.strategy,
+        spec.dtype,
+        spec.layout,
+        spec.distribution,
+        dict(dims),
+        shapes,
+        dict(spec.input_distributions),
+    )
 
 
-def minimize(config: Config, op: OpConfig, seed: int, store: Store | None, *, max_trials: int = 400,
-             cancel: threading.Event | None = None, on_step: Callable[[str, int], None] | None = None) -> MinimizeResult:
+def minimize(
+    config: Config,
+    op: OpConfig,
+    seed: int,
+    store: Store | None,
+    *,
+    max_trials: int = 400,
+    cancel: threading.Event | None = None,
+    on_step: Callable[[str, int], None] | None = None,
+) -> MinimizeResult:
     """Minimize the failing case (op, seed); UsageError if it does not fail."""
     t0 = time.monotonic()
     spec, snapshot, source = replay_spec(config, op, seed, store)
@@ -192,12 +209,25 @@ def minimize(config: Config, op: OpConfig, seed: int, store: Store | None, *, ma
 def describe(result: MinimizeResult) -> dict[str, Any]:
     o, m = result.original, result.minimized
     return {
-        "op": result.op, "seed": result.seed, "source": result.source, "trials": result.trials,
-        "elapsed": round(result.elapsed, 3), "steps": result.steps,
-        "original": {"shapes": {k: list(v) for k, v in o.spec.shapes.items()}, "kind": o.kind,
-                     "max_abs": o.stats()["max_abs"], "message": (o.message or "").splitlines()[0] if o.message else ""},
-        "minimized": {"shapes": {k: list(v) for k, v in m.spec.shapes.items()}, "dims": m.spec.dims, "kind": m.kind,
-                      "max_abs": m.stats()["max_abs"], "message": (m.message or "").splitlines()[0] if m.message else ""},
+        "op": result.op,
+        "seed": result.seed,
+        "source": result.source,
+        "trials": result.trials,
+        "elapsed": round(result.elapsed, 3),
+        "steps": result.steps,
+        "original": {
+            "shapes": {k: list(v) for k, v in o.spec.shapes.items()},
+            "kind": o.kind,
+            "max_abs": o.stats()["max_abs"],
+            "message": (o.message or "").splitlines()[0] if o.message else "",
+        },
+        "minimized": {
+            "shapes": {k: list(v) for k, v in m.spec.shapes.items()},
+            "dims": m.spec.dims,
+            "kind": m.kind,
+            "max_abs": m.stats()["max_abs"],
+            "message": (m.message or "").splitlines()[0] if m.message else "",
+        },
     }
 
 
@@ -205,11 +235,21 @@ def store_minimized(store: Store, config: Config, result: MinimizeResult, comman
     """Keep the minimized case (with its inputs) in a ``minimize`` run, so it replays on its own."""
     from .validate import config_hash
 
-    run_id = store.begin_run(source="minimize", mode="minimize", seed=result.seed, iterations=result.trials,
-                             workspace=config.root, config_hash=config_hash(config), command=command)
+    run_id = store.begin_run(
+        source="minimize",
+        mode="minimize",
+        seed=result.seed,
+        iterations=result.trials,
+        workspace=config.root,
+        config_hash=config_hash(config),
+        command=command,
+    )
     case = result.minimized
-    case.features = dict(case.features, minimized_from={k: list(v) for k, v in result.original.spec.shapes.items()},
-                         minimize_steps=result.steps)
+    case.features = dict(
+        case.features,
+        minimized_from={k: list(v) for k, v in result.original.spec.shapes.items()},
+        minimize_steps=result.steps,
+    )
     store.add_cases(run_id, [case])
     store.finish_run(run_id, case.status)
     return run_id

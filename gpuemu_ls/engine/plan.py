@@ -178,8 +178,14 @@ def derive_case(op: OpConfig, seed: int, max_elements: int = DEFAULT_MAX_ELEMENT
     return CaseSpec(op.name, seed, strategy, dtype, layout, distribution, dims, shapes, per_input)
 
 
-def iter_seeds(op: OpConfig, base_seed: int, count: int, *, accept: Callable[[CaseSpec], bool] | None = None,
-               max_elements: int = DEFAULT_MAX_ELEMENTS) -> Iterator[CaseSpec]:
+def iter_seeds(
+    op: OpConfig,
+    base_seed: int,
+    count: int,
+    *,
+    accept: Callable[[CaseSpec], bool] | None = None,
+    max_elements: int = DEFAULT_MAX_ELEMENTS,
+) -> Iterator[CaseSpec]:
     """The first ``count`` cases from ``base_seed`` up that ``accept`` keeps (all, by default).
 
     Pinned seeds (the op's ``seeds``) come first and are never filtered. The scan gives up after
@@ -198,16 +204,23 @@ def iter_seeds(op: OpConfig, base_seed: int, count: int, *, accept: Callable[[Ca
         seed += 1
 
 
-def mode_filter(op: OpConfig, *, dtypes: tuple[str, ...] | None = None, strategies: tuple[str, ...] | None = None,
-                layouts: tuple[str, ...] | None = None,
-                distributions: tuple[str, ...] | None = None) -> Callable[[CaseSpec], bool]:
+def mode_filter(
+    op: OpConfig,
+    *,
+    dtypes: tuple[str, ...] | None = None,
+    strategies: tuple[str, ...] | None = None,
+    layouts: tuple[str, ...] | None = None,
+    distributions: tuple[str, ...] | None = None,
+) -> Callable[[CaseSpec], bool]:
     """A case filter; dtypes the op does not list fall back to the op's first dtype."""
     allowed_dtypes = tuple(d for d in (dtypes or op.dtypes) if d in op.dtypes) or op.dtypes[:1]
 
     def accept(spec: CaseSpec) -> bool:
-        return (spec.dtype in allowed_dtypes
-                and (strategies is None or spec.strategy in strategies)
-                and (layouts is None or spec.layout in layouts)
-                and (distributions is None or spec.distribution in distributions))
+        return (
+            spec.dtype in allowed_dtypes
+            and (strategies is None or spec.strategy in strategies)
+            and (layouts is None or spec.layout in layouts)
+            and (distributions is None or spec.distribution in distributions)
+        )
 
     return accept

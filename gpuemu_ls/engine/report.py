@@ -71,9 +71,18 @@ def error_text(max_abs: float | None, tolerance: Any, max_ratio: float | None) -
 def case_line(r: CaseResult, root: Path | None = None, cwd: Path | None = None) -> str:
     """One failure line from a live result."""
     st = r.stats()
-    return failure_line(r.op, r.status, r.kind, r.seed, r.spec.dtype, r.spec.shape_text(), r.spec.layout,
-                        r.spec.distribution, _detail(r.kind, r.message, st["max_abs"], r.tolerance, st["max_ratio"]),
-                        replay_command(r.op, r.seed, root, cwd))
+    return failure_line(
+        r.op,
+        r.status,
+        r.kind,
+        r.seed,
+        r.spec.dtype,
+        r.spec.shape_text(),
+        r.spec.layout,
+        r.spec.distribution,
+        _detail(r.kind, r.message, st["max_abs"], r.tolerance, st["max_ratio"]),
+        replay_command(r.op, r.seed, root, cwd),
+    )
 
 
 _NUMERIC = ("mismatch", "unexpected_nan", "unexpected_inf", "missing_nan")
@@ -92,8 +101,18 @@ def row_line(row: dict[str, Any], root: Path | None = None, cwd: Path | None = N
     shape_text = " ".join(f"{k}={v}" for k, v in shapes.items())
     tol = json.loads(row["tolerance"]) if row.get("tolerance") else None
     detail = _detail(row["kind"], row["message"] or "", row["max_abs"], tol, row["max_ratio"])
-    return failure_line(row["op"], row["status"], row["kind"], row["seed"], row["dtype"], shape_text, row["layout"],
-                        row["distribution"], detail, replay_command(row["op"], row["seed"], root, cwd))
+    return failure_line(
+        row["op"],
+        row["status"],
+        row["kind"],
+        row["seed"],
+        row["dtype"],
+        shape_text,
+        row["layout"],
+        row["distribution"],
+        detail,
+        replay_command(row["op"], row["seed"], root, cwd),
+    )
 
 
 def _first_line(text: str) -> str:
@@ -101,9 +120,21 @@ def _first_line(text: str) -> str:
     return line[:200]
 
 
-def failure_line(op: str, status: str, kind: str | None, seed: int, dtype: str, shapes: str, layout: str,
-                 distribution: str, detail: str, replay: str) -> str:
+def failure_line(
+    op: str,
+    status: str,
+    kind: str | None,
+    seed: int,
+    dtype: str,
+    shapes: str,
+    layout: str,
+    distribution: str,
+    detail: str,
+    replay: str,
+) -> str:
     tag = "FAIL" if status == "failed" else "ERROR"
     what = KIND_TEXT.get(kind or "", kind or status)
-    return (f"{tag} {op} [{kind}: {what}] seed={seed} dtype={dtype} {shapes} layout={layout} "
-            f"dist={distribution}: {detail}\n    replay: {replay}")
+    return (
+        f"{tag} {op} [{kind}: {what}] seed={seed} dtype={dtype} {shapes} layout={layout} "
+        f"dist={distribution}: {detail}\n    replay: {replay}"
+    )

@@ -35,8 +35,15 @@ def save_inputs(path: Path, arrays: dict[str, np.ndarray]) -> None:
     path.write_bytes(buf.getvalue())
 
 
-def write_repro(config: Config, op: OpConfig, spec: CaseSpec, inputs: dict[str, np.ndarray],
-                result: CaseResult | None, *, label: str = "") -> Path:
+def write_repro(
+    config: Config,
+    op: OpConfig,
+    spec: CaseSpec,
+    inputs: dict[str, np.ndarray],
+    result: CaseResult | None,
+    *,
+    label: str = "",
+) -> Path:
     """Write the reproduction of a case; returns the script's path."""
     folder = config.root / REPRO_DIR
     folder.mkdir(parents=True, exist_ok=True)
@@ -47,17 +54,31 @@ def write_repro(config: Config, op: OpConfig, spec: CaseSpec, inputs: dict[str, 
     expected: dict[str, Any] = {}
     if result is not None:
         st = result.stats()
-        expected = {"status": result.status, "kind": result.kind, "max_abs": st["max_abs"],
-                    "message": (result.message or "").strip().splitlines()[0][:300] if result.message else ""}
+        expected = {
+            "status": result.status,
+            "kind": result.kind,
+            "max_abs": st["max_abs"],
+            "message": (result.message or "").strip().splitlines()[0][:300] if result.message else "",
+        }
     depth = len(REPRO_DIR.parts)
     values = {
-        "OP": op.name, "SEED": spec.seed, "CASE": spec.to_dict(), "EXPECTED": expected,
+        "OP": op.name,
+        "SEED": spec.seed,
+        "CASE": spec.to_dict(),
+        "EXPECTED": expected,
         "OP_CALL": op.module if op.execution_mode != "script_based" else None,
         "OP_SCRIPT": op.op_script if op.execution_mode == "script_based" else None,
-        "REFERENCE": op.reference, "REFERENCE_IS_SCRIPT": not is_callable_ref(op.reference or ""),
-        "INPUT_ORDER": list(op.input_names), "KWARGS": op.kwargs, "LAYOUT": spec.layout,
-        "OUTPUT_DTYPE": op.output_dtype, "CASE_DTYPE": spec.dtype, "ATOL": atol, "RTOL": rtol,
-        "CHECK_NAN": config.validation.check_nan, "CHECK_INF": config.validation.check_inf,
+        "REFERENCE": op.reference,
+        "REFERENCE_IS_SCRIPT": not is_callable_ref(op.reference or ""),
+        "INPUT_ORDER": list(op.input_names),
+        "KWARGS": op.kwargs,
+        "LAYOUT": spec.layout,
+        "OUTPUT_DTYPE": op.output_dtype,
+        "CASE_DTYPE": spec.dtype,
+        "ATOL": atol,
+        "RTOL": rtol,
+        "CHECK_NAN": config.validation.check_nan,
+        "CHECK_INF": config.validation.check_inf,
         "SCRIPT_STRIDES": any(lay != "contiguous" for lay in op.layouts),
     }
     header = "\n".join(f"{k} = {v!r}" for k, v in values.items())
@@ -226,7 +247,10 @@ def main():
             problems.append(f"the op wrote into its input {k!r}")
     promoted = {k: (v.astype(np.float64) if (v.dtype.kind == "f" or v.dtype.name == "bfloat16") else v)
                 for k, v in logical.items()}
-    ref = run_script(REFERENCE, promoted) if REFERENCE_IS_SCRIPT else call(REFERENCE, [promoted[n] for n in INPUT_ORDER])
+    if REFERENCE_IS_SCRIPT:
+        ref = run_script(REFERENCE, promoted)
+    else:
+        ref = call(REFERENCE, [promoted[n] for n in INPUT_ORDER])
     if set(out) != set(ref):
         problems.append(f"outputs {sorted(out)} != reference outputs {sorted(ref)}")
     for name in sorted(set(out) & set(ref)):

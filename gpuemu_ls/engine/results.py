@@ -33,14 +33,26 @@ def failure_entry(r: CaseResult, root: Path) -> dict[str, Any]:
         except ValueError:
             file = r.file
     return {
-        "seed": r.seed, "status": r.status, "kind": r.kind, "dtype": r.spec.dtype,
-        "shapes": {k: list(v) for k, v in r.spec.shapes.items()}, "dims": dict(r.spec.dims),
-        "layout": r.spec.layout, "distribution": r.spec.distribution, "strategy": r.spec.strategy,
-        "max_abs": st["max_abs"], "max_rel": st["max_rel"], "max_ulp": st["max_ulp"],
-        "max_ratio": st["max_ratio"], "mismatches": st["mismatches"], "total": st["total"],
+        "seed": r.seed,
+        "status": r.status,
+        "kind": r.kind,
+        "dtype": r.spec.dtype,
+        "shapes": {k: list(v) for k, v in r.spec.shapes.items()},
+        "dims": dict(r.spec.dims),
+        "layout": r.spec.layout,
+        "distribution": r.spec.distribution,
+        "strategy": r.spec.strategy,
+        "max_abs": st["max_abs"],
+        "max_rel": st["max_rel"],
+        "max_ulp": st["max_ulp"],
+        "max_ratio": st["max_ratio"],
+        "mismatches": st["mismatches"],
+        "total": st["total"],
         "tolerance": list(r.tolerance) if r.tolerance else None,
         "message": (r.message or "").strip().splitlines()[0][:500] if (r.message or "").strip() else "",
-        "file": file, "line": r.line, "replay": replay_command(r.op, r.seed),
+        "file": file,
+        "line": r.line,
+        "replay": replay_command(r.op, r.seed),
     }
 
 
@@ -50,10 +62,20 @@ def op_entry_dict(config: Config, o: OpOutcome) -> dict[str, Any]:
     src, ref = op_source(config, op), reference_source(config, op)
     failures = o.failures
     return {
-        "name": o.op, "kind": "op", "status": o.status, "message": o.message, "diagnosis": o.diagnosis,
-        "cases": len(o.cases), "passed": o.count("passed"), "failed": o.count("failed"),
-        "errors": o.count("error"), "planned": o.planned, "elapsed": round(o.elapsed, 4),
-        "stopped": o.stopped, "setup_error": o.setup_error, "stats": o.stats(),
+        "name": o.op,
+        "kind": "op",
+        "status": o.status,
+        "message": o.message,
+        "diagnosis": o.diagnosis,
+        "cases": len(o.cases),
+        "passed": o.count("passed"),
+        "failed": o.count("failed"),
+        "errors": o.count("error"),
+        "planned": o.planned,
+        "elapsed": round(o.elapsed, 4),
+        "stopped": o.stopped,
+        "setup_error": o.setup_error,
+        "stats": o.stats(),
         "location": op_entry(config, op).to_dict(root),
         "source": src.to_dict(root) if src else None,
         "reference_source": ref.to_dict(root) if ref else None,
@@ -92,10 +114,17 @@ def exit_code(doc: dict[str, Any], *, fail_on_regression: bool) -> int:
     return 0
 
 
-def build_document(config: Config, run: RunResult | None, *, kernels: list[dict[str, Any]] | None = None,
-                   regressions: list[dict[str, Any]] | None = None, shard: str | None = None,
-                   fail_on_regression: bool = False, mode: str | None = None,
-                   extra: dict[str, Any] | None = None) -> dict[str, Any]:
+def build_document(
+    config: Config,
+    run: RunResult | None,
+    *,
+    kernels: list[dict[str, Any]] | None = None,
+    regressions: list[dict[str, Any]] | None = None,
+    shard: str | None = None,
+    fail_on_regression: bool = False,
+    mode: str | None = None,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     ops = [op_entry_dict(config, o) for o in run.outcomes] if run else []
     kernels = kernels or []
     regressions = regressions or []
@@ -184,18 +213,37 @@ def _row_failure(row: dict[str, Any]) -> dict[str, Any]:
     tol = json.loads(row["tolerance"]) if row.get("tolerance") else None
     msg = (row.get("message") or "").strip()
     return {
-        "seed": row["seed"], "status": row["status"], "kind": row["kind"], "dtype": row["dtype"],
-        "shapes": json.loads(row["shapes"] or "{}"), "dims": json.loads(row["dims"] or "{}"),
-        "layout": row["layout"], "distribution": row["distribution"], "strategy": row["strategy"],
-        "max_abs": row["max_abs"], "max_rel": row["max_rel"], "max_ulp": row["max_ulp"],
-        "max_ratio": row["max_ratio"], "mismatches": row["mismatches"], "total": row["total"], "tolerance": tol,
-        "message": msg.splitlines()[0][:500] if msg else "", "file": detail.get("file"), "line": detail.get("line"),
+        "seed": row["seed"],
+        "status": row["status"],
+        "kind": row["kind"],
+        "dtype": row["dtype"],
+        "shapes": json.loads(row["shapes"] or "{}"),
+        "dims": json.loads(row["dims"] or "{}"),
+        "layout": row["layout"],
+        "distribution": row["distribution"],
+        "strategy": row["strategy"],
+        "max_abs": row["max_abs"],
+        "max_rel": row["max_rel"],
+        "max_ulp": row["max_ulp"],
+        "max_ratio": row["max_ratio"],
+        "mismatches": row["mismatches"],
+        "total": row["total"],
+        "tolerance": tol,
+        "message": msg.splitlines()[0][:500] if msg else "",
+        "file": detail.get("file"),
+        "line": detail.get("line"),
         "replay": replay_command(row["op"], row["seed"]),
     }
 
 
-def document_from_store(config: Config, store: Any, *, since: float | None = None, include_lint: bool = True,
-                        include_artifacts: bool = False) -> dict[str, Any]:
+def document_from_store(
+    config: Config,
+    store: Any,
+    *,
+    since: float | None = None,
+    include_lint: bool = True,
+    include_artifacts: bool = False,
+) -> dict[str, Any]:
     """The latest stored verdict of every op (and kernel) of the workspace, as a results document."""
     from .locations import op_entry, op_source, reference_source
 
@@ -210,19 +258,31 @@ def document_from_store(config: Config, store: Any, *, since: float | None = Non
             op = config.op(row["op"])
             src, ref = op_source(config, op), reference_source(config, op)
             fails = [_row_failure(r) for r in store.cases(run_id=row["run_id"], op=row["op"], not_passed=True)]
-            ops.append({
-                "name": row["op"], "kind": "op", "status": row["status"], "message": row["message"] or "",
-                "diagnosis": row["diagnosis"] or "", "cases": row["cases"], "passed": row["passed"],
-                "failed": row["failed"], "errors": row["errors"], "planned": detail.get("planned"),
-                "elapsed": row["duration"] or 0.0, "stopped": detail.get("stopped"),
-                "setup_error": detail.get("setup_error"),
-                "stats": {k: row[k] for k in ("max_abs", "max_rel", "max_ulp", "max_ratio")},
-                "location": op_entry(config, op).to_dict(config.root),
-                "source": src.to_dict(config.root) if src else None,
-                "reference_source": ref.to_dict(config.root) if ref else None,
-                "failures": fails[:MAX_FAILURES_PER_OP], "failures_total": len(fails),
-                "run_id": row["run_id"], "finished_at": row.get("finished_at"),
-            })
+            ops.append(
+                {
+                    "name": row["op"],
+                    "kind": "op",
+                    "status": row["status"],
+                    "message": row["message"] or "",
+                    "diagnosis": row["diagnosis"] or "",
+                    "cases": row["cases"],
+                    "passed": row["passed"],
+                    "failed": row["failed"],
+                    "errors": row["errors"],
+                    "planned": detail.get("planned"),
+                    "elapsed": row["duration"] or 0.0,
+                    "stopped": detail.get("stopped"),
+                    "setup_error": detail.get("setup_error"),
+                    "stats": {k: row[k] for k in ("max_abs", "max_rel", "max_ulp", "max_ratio")},
+                    "location": op_entry(config, op).to_dict(config.root),
+                    "source": src.to_dict(config.root) if src else None,
+                    "reference_source": ref.to_dict(config.root) if ref else None,
+                    "failures": fails[:MAX_FAILURES_PER_OP],
+                    "failures_total": len(fails),
+                    "run_id": row["run_id"],
+                    "finished_at": row.get("finished_at"),
+                }
+            )
         elif row["kind"] == "kernel" and include_lint:
             entry = dict(detail) if detail else {"name": row["op"], "kind": "kernel", "status": row["status"]}
             if not include_artifacts:
@@ -231,11 +291,21 @@ def document_from_store(config: Config, store: Any, *, since: float | None = Non
             kernels.append(entry)
 
     doc: dict[str, Any] = {
-        "schema": SCHEMA, "tool": {"name": "gpuemu-ls", "version": __version__}, "workspace": str(config.root),
-        "config": config.path.name, "project": config.project_name, "mode": "stored",
-        "seed": config.validation.seed, "run_id": None, "shard": None, "created_at": time.time(),
-        "elapsed": sum(e["elapsed"] or 0 for e in ops), "fail_on_regression": False,
-        "ops": ops, "kernels": kernels, "regressions": [],
+        "schema": SCHEMA,
+        "tool": {"name": "gpuemu-ls", "version": __version__},
+        "workspace": str(config.root),
+        "config": config.path.name,
+        "project": config.project_name,
+        "mode": "stored",
+        "seed": config.validation.seed,
+        "run_id": None,
+        "shard": None,
+        "created_at": time.time(),
+        "elapsed": sum(e["elapsed"] or 0 for e in ops),
+        "fail_on_regression": False,
+        "ops": ops,
+        "kernels": kernels,
+        "regressions": [],
     }
     doc["summary"] = summarize(ops + kernels, [])
     doc["status"] = overall_status(ops + kernels)

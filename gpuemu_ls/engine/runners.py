@@ -71,13 +71,15 @@ def load_callable(root: Path, ref: str) -> Callable[..., Any]:
         file, line = user_frame(exc.__traceback__, root)
         if isinstance(exc, SyntaxError) and exc.filename:
             file, line = exc.filename, exc.lineno
-        raise CallError("import", f"importing {mod_name!r} failed: {type(exc).__name__}: {exc}\n"
-                        f"{_exception_text(exc)}", file, line) from None
+        raise CallError(
+            "import", f"importing {mod_name!r} failed: {type(exc).__name__}: {exc}\n{_exception_text(exc)}", file, line
+        ) from None
     try:
         fn = getattr(module, func_name)
     except AttributeError:
-        raise CallError("import", f"module {mod_name!r} has no attribute {func_name!r}",
-                        getattr(module, "__file__", None)) from None
+        raise CallError(
+            "import", f"module {mod_name!r} has no attribute {func_name!r}", getattr(module, "__file__", None)
+        ) from None
     if not callable(fn):
         raise CallError("import", f"{ref} is a {type(fn).__name__}, not a function", getattr(module, "__file__", None))
     return fn
@@ -96,8 +98,12 @@ def as_outputs(value: Any, adapter: Adapter, who: str) -> dict[str, np.ndarray]:
     out: dict[str, np.ndarray] = {}
     for name, v in items:
         if v is None:
-            raise CallError("bad_output", f"{who} returned None" + (f" for output {name!r}" if name != "result" else "")
-                            + " (did it write into a buffer and forget to return it?)")
+            raise CallError(
+                "bad_output",
+                f"{who} returned None"
+                + (f" for output {name!r}" if name != "result" else "")
+                + " (did it write into a buffer and forget to return it?)",
+            )
         try:
             arr = adapter.to_numpy(v)
         except Exception as exc:
@@ -140,8 +146,9 @@ class CallableRunner(Runner):
                 raise
             file, line = user_frame(exc.__traceback__, self.root)
             kind = "exit" if isinstance(exc, SystemExit) else "raised"
-            raise CallError(kind, f"{self.who} raised {type(exc).__name__}: {exc}\n{_exception_text(exc)}",
-                            file, line) from None
+            raise CallError(
+                kind, f"{self.who} raised {type(exc).__name__}: {exc}\n{_exception_text(exc)}", file, line
+            ) from None
         return as_outputs(value, self.adapter, self.who)
 
 
@@ -167,8 +174,9 @@ class ScriptRunner(Runner):
         try:  # compile once: a syntax error is an import error with its line
             self.code = compile(self.path.read_text(encoding="utf-8"), str(self.path), "exec")
         except SyntaxError as exc:
-            raise CallError("import", f"{who} script {rel!r} has a syntax error: {exc.msg}", str(self.path),
-                            exc.lineno) from None
+            raise CallError(
+                "import", f"{who} script {rel!r} has a syntax error: {exc.msg}", str(self.path), exc.lineno
+            ) from None
 
     def call(self, inputs: dict[str, np.ndarray], kwargs: dict[str, Any]) -> dict[str, np.ndarray]:
         request = wire.encode_request(inputs, kwargs, strides=self.strides).encode("utf-8")
@@ -198,8 +206,13 @@ class ScriptRunner(Runner):
         err_tail = stderr.getvalue()[-STDERR_TAIL:]
         if error is not None:
             file, line = user_frame(error.__traceback__, self.root)
-            raise CallError("raised", f"{self.who} script raised {type(error).__name__}: {error}\n"
-                            f"{_exception_text(error)}", file or str(self.path), line, err_tail)
+            raise CallError(
+                "raised",
+                f"{self.who} script raised {type(error).__name__}: {error}\n{_exception_text(error)}",
+                file or str(self.path),
+                line,
+                err_tail,
+            )
         if status not in (0, None):
             raise CallError("exit", f"{self.who} script exited with status {status}", str(self.path), None, err_tail)
         try:

@@ -107,26 +107,92 @@ class Store:
         if version >= SCHEMA_VERSION:
             return
         with self._write():
-            self.db["runs"].create({
-                "id": str, "started_at": float, "finished_at": float, "source": str, "mode": str, "seed": int,
-                "iterations": int, "workspace": str, "config_hash": str, "status": str, "host": str,
-                "version": str, "command": str, "pid": int,
-            }, pk="id", if_not_exists=True)
-            self.db["op_results"].create({
-                "run_id": str, "op": str, "kind": str, "status": str, "cases": int, "passed": int, "failed": int,
-                "errors": int, "max_abs": float, "max_rel": float, "max_ulp": float, "max_ratio": float,
-                "duration": float, "message": str, "diagnosis": str, "detail": str, "finished_at": float,
-            }, pk=("run_id", "op", "kind"), if_not_exists=True)
-            self.db["snapshots"].create({
-                "id": str, "op": str, "seed": int, "layout": str, "data": bytes, "nbytes": int, "created_at": float,
-            }, pk="id", if_not_exists=True)
-            self.db["cases"].create({
-                "id": int, "run_id": str, "op": str, "seed": int, "status": str, "kind": str, "dtype": str,
-                "layout": str, "distribution": str, "strategy": str, "shapes": str, "dims": str,
-                "max_abs": float, "max_rel": float, "max_ulp": float, "max_ratio": float, "mismatches": int,
-                "total": int, "message": str, "tolerance": str, "detail": str, "snapshot_id": str,
-                "from_snapshot": int, "created_at": float,
-            }, pk="id", if_not_exists=True)
+            self.db["runs"].create(
+                {
+                    "id": str,
+                    "started_at": float,
+                    "finished_at": float,
+                    "source": str,
+                    "mode": str,
+                    "seed": int,
+                    "iterations": int,
+                    "workspace": str,
+                    "config_hash": str,
+                    "status": str,
+                    "host": str,
+                    "version": str,
+                    "command": str,
+                    "pid": int,
+                },
+                pk="id",
+                if_not_exists=True,
+            )
+            self.db["op_results"].create(
+                {
+                    "run_id": str,
+                    "op": str,
+                    "kind": str,
+                    "status": str,
+                    "cases": int,
+                    "passed": int,
+                    "failed": int,
+                    "errors": int,
+                    "max_abs": float,
+                    "max_rel": float,
+                    "max_ulp": float,
+                    "max_ratio": float,
+                    "duration": float,
+                    "message": str,
+                    "diagnosis": str,
+                    "detail": str,
+                    "finished_at": float,
+                },
+                pk=("run_id", "op", "kind"),
+                if_not_exists=True,
+            )
+            self.db["snapshots"].create(
+                {
+                    "id": str,
+                    "op": str,
+                    "seed": int,
+                    "layout": str,
+                    "data": bytes,
+                    "nbytes": int,
+                    "created_at": float,
+                },
+                pk="id",
+                if_not_exists=True,
+            )
+            self.db["cases"].create(
+                {
+                    "id": int,
+                    "run_id": str,
+                    "op": str,
+                    "seed": int,
+                    "status": str,
+                    "kind": str,
+                    "dtype": str,
+                    "layout": str,
+                    "distribution": str,
+                    "strategy": str,
+                    "shapes": str,
+                    "dims": str,
+                    "max_abs": float,
+                    "max_rel": float,
+                    "max_ulp": float,
+                    "max_ratio": float,
+                    "mismatches": int,
+                    "total": int,
+                    "message": str,
+                    "tolerance": str,
+                    "detail": str,
+                    "snapshot_id": str,
+                    "from_snapshot": int,
+                    "created_at": float,
+                },
+                pk="id",
+                if_not_exists=True,
+            )
             self.db["cases"].create_index(["op", "seed"], if_not_exists=True)
             self.db["cases"].create_index(["run_id"], if_not_exists=True)
             self.db["cases"].create_index(["op", "status"], if_not_exists=True)
@@ -170,19 +236,49 @@ class Store:
         except sqlite3.OperationalError as exc:
             raise StoreError(f"cannot write the result store {self.path}: {exc}") from None
 
-    def begin_run(self, *, source: str, mode: str, seed: int | None, iterations: int | None, workspace: Path,
-                  config_hash: str, command: str = "") -> str:
+    def begin_run(
+        self,
+        *,
+        source: str,
+        mode: str,
+        seed: int | None,
+        iterations: int | None,
+        workspace: Path,
+        config_hash: str,
+        command: str = "",
+    ) -> str:
         run_id = uuid.uuid4().hex
-        row = (run_id, time.time(), None, source, mode, seed, iterations, str(workspace), config_hash, "running",
-               platform.node(), __version__, command, os.getpid())
-        self.write(lambda c: c.execute(
-            "INSERT INTO runs (id, started_at, finished_at, source, mode, seed, iterations, workspace, config_hash,"
-            " status, host, version, command, pid) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)", row))
+        row = (
+            run_id,
+            time.time(),
+            None,
+            source,
+            mode,
+            seed,
+            iterations,
+            str(workspace),
+            config_hash,
+            "running",
+            platform.node(),
+            __version__,
+            command,
+            os.getpid(),
+        )
+        self.write(
+            lambda c: c.execute(
+                "INSERT INTO runs (id, started_at, finished_at, source, mode, seed, iterations, workspace, config_hash,"
+                " status, host, version, command, pid) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                row,
+            )
+        )
         return run_id
 
     def finish_run(self, run_id: str, status: str) -> None:
-        self.write(lambda c: c.execute("UPDATE runs SET finished_at = ?, status = ? WHERE id = ?",
-                                       (time.time(), status, run_id)))
+        self.write(
+            lambda c: c.execute(
+                "UPDATE runs SET finished_at = ?, status = ? WHERE id = ?", (time.time(), status, run_id)
+            )
+        )
 
     def add_cases(self, run_id: str, results: list[CaseResult], *, max_snapshots: int | None = None) -> None:
         """Store case results; non-passing ones with their input snapshot (up to ``max_snapshots``)."""
@@ -208,36 +304,94 @@ class Store:
                 "stderr": r.stderr,
                 "spec": r.spec.to_dict(),
             }
-            rows.append((
-                run_id, r.op, r.seed, r.status, r.kind, r.spec.dtype, r.spec.layout, r.spec.distribution,
-                r.spec.strategy, json.dumps({k: list(v) for k, v in r.spec.shapes.items()}), json.dumps(r.spec.dims),
-                st["max_abs"], st["max_rel"], st["max_ulp"], _finite(st["max_ratio"]), st["mismatches"], st["total"],
-                r.message[:4000], json.dumps(r.tolerance), json.dumps(detail, default=_json_default), snap_id,
-                int(r.from_snapshot), now,
-            ))
+            rows.append(
+                (
+                    run_id,
+                    r.op,
+                    r.seed,
+                    r.status,
+                    r.kind,
+                    r.spec.dtype,
+                    r.spec.layout,
+                    r.spec.distribution,
+                    r.spec.strategy,
+                    json.dumps({k: list(v) for k, v in r.spec.shapes.items()}),
+                    json.dumps(r.spec.dims),
+                    st["max_abs"],
+                    st["max_rel"],
+                    st["max_ulp"],
+                    _finite(st["max_ratio"]),
+                    st["mismatches"],
+                    st["total"],
+                    r.message[:4000],
+                    json.dumps(r.tolerance),
+                    json.dumps(detail, default=_json_default),
+                    snap_id,
+                    int(r.from_snapshot),
+                    now,
+                )
+            )
 
         def insert(c: sqlite3.Connection) -> None:
-            c.executemany("INSERT OR IGNORE INTO snapshots (id, op, seed, layout, data, nbytes, created_at)"
-                          " VALUES (?,?,?,?,?,?,?)", list(snaps.values()))
+            c.executemany(
+                "INSERT OR IGNORE INTO snapshots (id, op, seed, layout, data, nbytes, created_at)"
+                " VALUES (?,?,?,?,?,?,?)",
+                list(snaps.values()),
+            )
             c.executemany(
                 "INSERT INTO cases (run_id, op, seed, status, kind, dtype, layout, distribution, strategy, shapes,"
                 " dims, max_abs, max_rel, max_ulp, max_ratio, mismatches, total, message, tolerance, detail,"
                 " snapshot_id, from_snapshot, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                rows)
+                rows,
+            )
 
         self.write(insert)
 
-    def add_op_result(self, run_id: str, op: str, kind: str, status: str, *, cases: int = 0, passed: int = 0,
-                      failed: int = 0, errors: int = 0, stats: dict[str, Any] | None = None, duration: float = 0.0,
-                      message: str = "", diagnosis: str = "", detail: dict[str, Any] | None = None) -> None:
+    def add_op_result(
+        self,
+        run_id: str,
+        op: str,
+        kind: str,
+        status: str,
+        *,
+        cases: int = 0,
+        passed: int = 0,
+        failed: int = 0,
+        errors: int = 0,
+        stats: dict[str, Any] | None = None,
+        duration: float = 0.0,
+        message: str = "",
+        diagnosis: str = "",
+        detail: dict[str, Any] | None = None,
+    ) -> None:
         s = stats or {}
-        row = (run_id, op, kind, status, cases, passed, failed, errors, s.get("max_abs"), s.get("max_rel"),
-               s.get("max_ulp"), _finite(s.get("max_ratio")), duration, message[:4000], diagnosis,
-               json.dumps(detail or {}, default=_json_default), time.time())
-        self.write(lambda c: c.execute(
-            "INSERT OR REPLACE INTO op_results (run_id, op, kind, status, cases, passed, failed, errors, max_abs,"
-            " max_rel, max_ulp, max_ratio, duration, message, diagnosis, detail, finished_at)"
-            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", row))
+        row = (
+            run_id,
+            op,
+            kind,
+            status,
+            cases,
+            passed,
+            failed,
+            errors,
+            s.get("max_abs"),
+            s.get("max_rel"),
+            s.get("max_ulp"),
+            _finite(s.get("max_ratio")),
+            duration,
+            message[:4000],
+            diagnosis,
+            json.dumps(detail or {}, default=_json_default),
+            time.time(),
+        )
+        self.write(
+            lambda c: c.execute(
+                "INSERT OR REPLACE INTO op_results (run_id, op, kind, status, cases, passed, failed, errors, max_abs,"
+                " max_rel, max_ulp, max_ratio, duration, message, diagnosis, detail, finished_at)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                row,
+            )
+        )
 
     # --- reading ---------------------------------------------------------------------------
     def query(self, sql: str, params: tuple[Any, ...] | dict[str, Any] = ()) -> list[dict[str, Any]]:
@@ -246,8 +400,7 @@ class Store:
     def latest_op_results(self, kind: str | None = None) -> dict[str, dict[str, Any]]:
         """The most recent result of every op (and kernel), whichever face produced it."""
         where = "WHERE kind = :kind" if kind else ""
-        rows = self.query(
-            f"SELECT * FROM op_results {where} ORDER BY finished_at", {"kind": kind} if kind else {})
+        rows = self.query(f"SELECT * FROM op_results {where} ORDER BY finished_at", {"kind": kind} if kind else {})
         return {f"{r['kind']}:{r['op']}" if not kind else r["op"]: r for r in rows}
 
     def run(self, run_id: str) -> dict[str, Any] | None:
@@ -258,8 +411,16 @@ class Store:
         rows = self.query("SELECT * FROM runs ORDER BY started_at DESC LIMIT 1")
         return rows[0] if rows else None
 
-    def cases(self, *, run_id: str | None = None, op: str | None = None, status: str | None = None,
-              since: float | None = None, not_passed: bool = False, limit: int | None = None) -> list[dict[str, Any]]:
+    def cases(
+        self,
+        *,
+        run_id: str | None = None,
+        op: str | None = None,
+        status: str | None = None,
+        since: float | None = None,
+        not_passed: bool = False,
+        limit: int | None = None,
+    ) -> list[dict[str, Any]]:
         clauses, params = [], {}
         for key, val in (("run_id", run_id), ("op", op), ("status", status)):
             if val is not None:
@@ -287,8 +448,9 @@ class Store:
 
     def find_case(self, op: str, seed: int) -> dict[str, Any] | None:
         """The newest stored case for (op, seed), preferring one that kept its input snapshot."""
-        rows = self.query("SELECT * FROM cases WHERE op = ? AND seed = ? ORDER BY (snapshot_id IS NULL), id DESC"
-                          " LIMIT 1", (op, seed))
+        rows = self.query(
+            "SELECT * FROM cases WHERE op = ? AND seed = ? ORDER BY (snapshot_id IS NULL), id DESC LIMIT 1", (op, seed)
+        )
         return rows[0] if rows else None
 
     def load_snapshot(self, snapshot_id: str) -> dict[str, np.ndarray] | None:
@@ -302,7 +464,8 @@ class Store:
         rows = self.query(
             "SELECT cases.* FROM cases JOIN runs ON runs.id = cases.run_id WHERE runs.source = 'minimize' AND"
             " cases.op = ? AND cases.seed = ? AND cases.snapshot_id IS NOT NULL ORDER BY cases.id DESC LIMIT 1",
-            (op, seed))
+            (op, seed),
+        )
         if not rows:
             return None
         snap = self.load_snapshot(rows[0]["snapshot_id"])

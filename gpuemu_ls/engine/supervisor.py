@@ -62,7 +62,7 @@ class Worker:
 
     def __init__(self, *, memory_mb: int | None = None, cancel: threading.Event | None = None) -> None:
         parent, child = socket.socketpair()
-        self.log: IO[bytes] = tempfile.TemporaryFile()
+        self.log: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the worker; closed in kill()
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_PARENT, env.get("PYTHONPATH", "")) if p)
         env.setdefault("PYTHONUNBUFFERED", "1")

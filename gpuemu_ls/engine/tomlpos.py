@@ -197,9 +197,7 @@ class _Scanner:
         elif c == "{":
             self.inline_table(path)
         else:
-            while self.peek() and self.peek() not in ",]}\n#" and not (
-                self.peek() in " \t" and self._scalar_ends()
-            ):
+            while self.peek() and self.peek() not in ",]}\n#" and not (self.peek() in " \t" and self._scalar_ends()):
                 self.advance()
 
     def _scalar_ends(self) -> bool:

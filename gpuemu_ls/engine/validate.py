@@ -108,14 +108,21 @@ def config_hash(config: Config) -> str:
         return ""
 
 
-def plan_op(config: Config, op: OpConfig, mode: str, iterations: int | None, seed: int | None,
-            accept: Callable[[CaseSpec], bool] | None = None) -> list[CaseSpec]:
+def plan_op(
+    config: Config,
+    op: OpConfig,
+    mode: str,
+    iterations: int | None,
+    seed: int | None,
+    accept: Callable[[CaseSpec], bool] | None = None,
+) -> list[CaseSpec]:
     """The cases a run of ``op`` in ``mode`` covers (pinned seeds first); ``accept`` narrows thorough runs."""
     base = config.validation.seed if seed is None else seed
     if mode == "quick":
         n = iterations or config.ci.quick_iterations
-        return list(iter_seeds(op, base, n, accept=mode_filter(op, dtypes=config.ci.quick_dtypes,
-                                                                strategies=QUICK_STRATEGIES)))
+        return list(
+            iter_seeds(op, base, n, accept=mode_filter(op, dtypes=config.ci.quick_dtypes, strategies=QUICK_STRATEGIES))
+        )
     n = iterations or op.iterations or config.validation.iterations
     return list(iter_seeds(op, base, n, accept=accept))
 
@@ -164,14 +171,22 @@ class _Workers:
             self.all.clear()
 
 
-def run_op(config: Config, op: OpConfig, specs: list[CaseSpec], workers: _Workers, options: RunOptions,
-           snapshots: dict[int, dict[str, np.ndarray]] | None = None) -> OpOutcome:
+def run_op(
+    config: Config,
+    op: OpConfig,
+    specs: list[CaseSpec],
+    workers: _Workers,
+    options: RunOptions,
+    snapshots: dict[int, dict[str, np.ndarray]] | None = None,
+) -> OpOutcome:
     """Run ``specs`` of one op in a worker; crashes and timeouts become error cases and a new worker."""
     start = time.monotonic()
     outcome = OpOutcome(op.name, "not_run", planned=len(specs))
     if not op.runnable:
-        outcome.message = (f"execution_mode = {op.execution_mode!r} and no module: the op runs in the client's "
-                           "process (Python API); nothing runnable here")
+        outcome.message = (
+            f"execution_mode = {op.execution_mode!r} and no module: the op runs in the client's "
+            "process (Python API); nothing runnable here"
+        )
         return outcome
     timeout = case_timeout(config, op)
     worker: Worker | None = None
@@ -232,8 +247,9 @@ def run_op(config: Config, op: OpConfig, specs: list[CaseSpec], workers: _Worker
     return outcome
 
 
-def _lost_case(root: Path, op: OpConfig, spec: CaseSpec, snapshot: dict[str, np.ndarray] | None,
-               exc: WorkerLost) -> CaseResult:
+def _lost_case(
+    root: Path, op: OpConfig, spec: CaseSpec, snapshot: dict[str, np.ndarray] | None, exc: WorkerLost
+) -> CaseResult:
     who = "reference" if exc.phase == "reference" else "op"
     kind = f"{who}_{exc.kind}"
     if snapshot is None:
@@ -243,8 +259,19 @@ def _lost_case(root: Path, op: OpConfig, spec: CaseSpec, snapshot: dict[str, np.
             snapshot = None
     what = "crashed" if exc.kind == "crash" else "timed out"
     file, line = crash_site(exc.stderr, root)
-    return CaseResult(op.name, spec.seed, spec, "error", kind, f"the {who} {what}: {exc.message}",
-                      stderr=exc.stderr[-2000:], snapshot=snapshot, from_snapshot=False, file=file, line=line)
+    return CaseResult(
+        op.name,
+        spec.seed,
+        spec,
+        "error",
+        kind,
+        f"the {who} {what}: {exc.message}",
+        stderr=exc.stderr[-2000:],
+        snapshot=snapshot,
+        from_snapshot=False,
+        file=file,
+        line=line,
+    )
 
 
 _FRAME = re.compile(r'File "([^"]+)", line (\d+)')
@@ -273,9 +300,14 @@ def _op_message(o: OpOutcome) -> str:
     return ", ".join(parts)
 
 
-def run_validation(config: Config, options: RunOptions, *, store: Store | None = None,
-                   specs_by_op: dict[str, list[CaseSpec]] | None = None,
-                   snapshots: dict[str, dict[int, dict[str, np.ndarray]]] | None = None) -> RunResult:
+def run_validation(
+    config: Config,
+    options: RunOptions,
+    *,
+    store: Store | None = None,
+    specs_by_op: dict[str, list[CaseSpec]] | None = None,
+    snapshots: dict[str, dict[int, dict[str, np.ndarray]]] | None = None,
+) -> RunResult:
     """Validate the selected ops of a workspace; write every case to the store as it finishes an op."""
     from .diagnose import diagnose  # late: diagnose depends on OpOutcome
 
@@ -288,8 +320,15 @@ def run_validation(config: Config, options: RunOptions, *, store: Store | None =
     if options.store and store is None:
         store = Store.for_workspace(config.root)
     if options.store and store is not None:
-        run_id = store.begin_run(source=options.source, mode=options.mode, seed=seed, iterations=options.iterations,
-                                 workspace=config.root, config_hash=config_hash(config), command=options.command)
+        run_id = store.begin_run(
+            source=options.source,
+            mode=options.mode,
+            seed=seed,
+            iterations=options.iterations,
+            workspace=config.root,
+            config_hash=config_hash(config),
+            command=options.command,
+        )
     workers = _Workers(config, options.cancel)
     store_lock = threading.Lock()
 
@@ -303,11 +342,25 @@ def run_validation(config: Config, options: RunOptions, *, store: Store | None =
             with store_lock:
                 store.add_cases(run_id, outcome.cases, max_snapshots=config.validation.max_failure_snapshots)
                 store.add_op_result(
-                    run_id, op.name, "op", outcome.status, cases=len(outcome.cases), passed=outcome.count("passed"),
-                    failed=outcome.count("failed"), errors=outcome.count("error"), stats=outcome.stats(),
-                    duration=outcome.elapsed, message=outcome.message, diagnosis=outcome.diagnosis,
-                    detail={"setup_error": outcome.setup_error, "stopped": outcome.stopped, "planned": outcome.planned,
-                            "mode": options.mode})
+                    run_id,
+                    op.name,
+                    "op",
+                    outcome.status,
+                    cases=len(outcome.cases),
+                    passed=outcome.count("passed"),
+                    failed=outcome.count("failed"),
+                    errors=outcome.count("error"),
+                    stats=outcome.stats(),
+                    duration=outcome.elapsed,
+                    message=outcome.message,
+                    diagnosis=outcome.diagnosis,
+                    detail={
+                        "setup_error": outcome.setup_error,
+                        "stopped": outcome.stopped,
+                        "planned": outcome.planned,
+                        "mode": options.mode,
+                    },
+                )
         if options.on_op:
             options.on_op(outcome)
         return outcome
@@ -321,14 +374,22 @@ def run_validation(config: Config, options: RunOptions, *, store: Store | None =
                 outcomes = list(pool.map(one, ops))
     finally:
         workers.close()
-    result = RunResult(run_id, options.mode, seed, outcomes, time.monotonic() - t0,
-                       cancelled=any(o.status == "cancelled" for o in outcomes))
+    result = RunResult(
+        run_id,
+        options.mode,
+        seed,
+        outcomes,
+        time.monotonic() - t0,
+        cancelled=any(o.status == "cancelled" for o in outcomes),
+    )
     if store is not None and run_id is not None:
         store.finish_run(run_id, "cancelled" if result.cancelled else result.status)
     return result
 
 
-def replay_spec(config: Config, op: OpConfig, seed: int, store: Store | None) -> tuple[CaseSpec, dict[str, np.ndarray] | None, str]:
+def replay_spec(
+    config: Config, op: OpConfig, seed: int, store: Store | None
+) -> tuple[CaseSpec, dict[str, np.ndarray] | None, str]:
     """The case (op, seed) names: from the store's snapshot when there is one, else regenerated."""
     import json
 

@@ -79,8 +79,10 @@ def decode_tensor(obj: Any, where: str = "tensor") -> np.ndarray:
         if flat.size != numel:
             raise ProtocolError(f"{where}: shape {shape} needs {numel} elements, data has {flat.size}")
         return flat.reshape(shape).copy()
-    if not isinstance(strides, list) or len(strides) != len(shape) or not all(
-        isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in strides
+    if (
+        not isinstance(strides, list)
+        or len(strides) != len(shape)
+        or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in strides)
     ):
         raise ProtocolError(f"{where}: strides must be {len(shape)} non-negative integers (in elements)")
     if numel == 0:
@@ -127,8 +129,9 @@ def decode_response(text: str) -> dict[str, np.ndarray]:
                 f"the script printed text before its JSON output: {junk!r} "
                 "(stdout must hold exactly one JSON object; print logs to stderr)"
             ) from None
-        raise ProtocolError(f"stdout is not one JSON object ({exc.msg} at char {exc.pos}): "
-                            f"{stripped[:120]!r}") from None
+        raise ProtocolError(
+            f"stdout is not one JSON object ({exc.msg} at char {exc.pos}): {stripped[:120]!r}"
+        ) from None
     if isinstance(obj, dict) and "outputs" in obj:
         outs = obj["outputs"]
         if isinstance(outs, dict) and {"shape", "dtype", "data"} <= set(outs):

@@ -36,8 +36,11 @@ def build_context(root: Path, op: OpConfig, validation: ValidationConfig) -> Cas
     elif op.module is not None:
         op_runner = CallableRunner(root, op.module, op.input_names, adapter, "op")
     else:
-        raise CallError("import", f"op {op.name!r} has nothing runnable here (execution_mode = "
-                        f"{op.execution_mode!r}): run it through the Python API on the machine that has the kernel")
+        raise CallError(
+            "import",
+            f"op {op.name!r} has nothing runnable here (execution_mode = "
+            f"{op.execution_mode!r}): run it through the Python API on the machine that has the kernel",
+        )
     assert op.reference is not None
     ref_runner: Runner
     if op.reference_is_script:
@@ -83,11 +86,17 @@ def serve(conn: Connection) -> None:
                 conn.send(("ready", {"op": ctx.op_runner.where, "reference": ctx.ref_runner.where}))
             except CallError as exc:
                 ctx = None
-                conn.send(("setup_error", {"kind": exc.kind, "message": exc.message, "file": exc.file, "line": exc.line}))
+                conn.send(
+                    ("setup_error", {"kind": exc.kind, "message": exc.message, "file": exc.file, "line": exc.line})
+                )
             except Exception as exc:  # e.g. a framework that is not installed
                 ctx = None
-                conn.send(("setup_error", {"kind": "import", "message": f"{type(exc).__name__}: {exc}",
-                                           "file": None, "line": None}))
+                conn.send(
+                    (
+                        "setup_error",
+                        {"kind": "import", "message": f"{type(exc).__name__}: {exc}", "file": None, "line": None},
+                    )
+                )
         elif tag == "case":
             _, spec_dict, snapshot = msg
             spec = CaseSpec.from_dict(spec_dict)
@@ -97,11 +106,18 @@ def serve(conn: Connection) -> None:
             try:
                 result = run_case(ctx, spec, snapshot, phase=lambda p, s=spec.seed: conn.send(("phase", s, p)))
             except MemoryError:
-                result = CaseResult(spec.op, spec.seed, spec, "error", "out_of_memory",
-                                    "the case ran out of memory (memory_limit_mb)")
+                result = CaseResult(
+                    spec.op, spec.seed, spec, "error", "out_of_memory", "the case ran out of memory (memory_limit_mb)"
+                )
             except Exception as exc:  # a bug in the engine itself: report it, keep serving
-                result = CaseResult(spec.op, spec.seed, spec, "error", "internal_error",
-                                    f"gpuemu internal error: {exc}\n{traceback.format_exc()}")
+                result = CaseResult(
+                    spec.op,
+                    spec.seed,
+                    spec,
+                    "error",
+                    "internal_error",
+                    f"gpuemu internal error: {exc}\n{traceback.format_exc()}",
+                )
             for c in result.comparisons:
                 c.mask = None  # diagnosis features are already taken; the mask stays here
             conn.send(("result", result))

@@ -20,8 +20,10 @@ def _fail_message(e: dict[str, Any]) -> str:
         return e.get("message", "")
     f = e["failures"][0]
     shapes = " ".join(f"{k}={v}" for k, v in f["shapes"].items())
-    return (f"{e['name']} [{f['kind']}] seed={f['seed']} dtype={f['dtype']} {shapes} layout={f['layout']} "
-            f"dist={f['distribution']}: {f.get('message', '')}")[:1000]
+    return (
+        f"{e['name']} [{f['kind']}] seed={f['seed']} dtype={f['dtype']} {shapes} layout={f['layout']} "
+        f"dist={f['distribution']}: {f.get('message', '')}"
+    )[:1000]
 
 
 def _op_case(suite: ET.Element, e: dict[str, Any]) -> None:
@@ -37,8 +39,9 @@ def _op_case(suite: ET.Element, e: dict[str, Any]) -> None:
     if status == "not_run" or status == "cancelled":
         ET.SubElement(tc, "skipped", message=f"not run: {e.get('message', '')}"[:1000])
     elif status == "failed":
-        el = ET.SubElement(tc, "failure", message=_fail_message(e), type=e["failures"][0]["kind"] if e["failures"]
-                           else "failed")
+        el = ET.SubElement(
+            tc, "failure", message=_fail_message(e), type=e["failures"][0]["kind"] if e["failures"] else "failed"
+        )
         el.text = "\n".join(body)
     elif status == "error":
         se = e.get("setup_error") or {}
@@ -51,17 +54,22 @@ def _op_case(suite: ET.Element, e: dict[str, Any]) -> None:
 
 
 def _kernel_case(suite: ET.Element, k: dict[str, Any]) -> None:
-    tc = ET.SubElement(suite, "testcase", classname="gpuemu.kernels", name=k["name"],
-                       time=f"{k.get('elapsed', 0):.3f}")
+    tc = ET.SubElement(suite, "testcase", classname="gpuemu.kernels", name=k["name"], time=f"{k.get('elapsed', 0):.3f}")
     findings = k.get("findings", [])
-    lines = [f"{f.get('file')}:{f.get('line')}: {f.get('severity')} {f.get('code')}: {f.get('message')}" for f in findings]
+    lines = [
+        f"{f.get('file')}:{f.get('line')}: {f.get('severity')} {f.get('code')}: {f.get('message')}" for f in findings
+    ]
     errors = [f for f in findings if f.get("severity") == "error"]
     if k["status"] == "not_run":
         ET.SubElement(tc, "skipped", message=f"not run: {k.get('message', '')}"[:1000])
     elif k["status"] == "failed":
         first = errors[0] if errors else {}
-        el = ET.SubElement(tc, "failure", message=f"{k['name']}: {first.get('message', k.get('message', ''))}"[:1000],
-                           type=str(first.get("code", "lint")))
+        el = ET.SubElement(
+            tc,
+            "failure",
+            message=f"{k['name']}: {first.get('message', k.get('message', ''))}"[:1000],
+            type=str(first.get("code", "lint")),
+        )
         el.text = "\n".join(lines)
     elif k["status"] == "error":
         el = ET.SubElement(tc, "error", message=(k.get("message") or "compile error")[:1000], type="compile")
@@ -73,11 +81,17 @@ def _kernel_case(suite: ET.Element, k: dict[str, Any]) -> None:
 def _suite(root: ET.Element, name: str, entries: list[dict[str, Any]], doc: dict[str, Any]) -> ET.Element:
     counts = {s: sum(1 for e in entries if e["status"] == s) for s in ("failed", "error", "not_run", "cancelled")}
     suite = ET.SubElement(
-        root, "testsuite", name=name, tests=str(len(entries)), failures=str(counts["failed"]),
-        errors=str(counts["error"]), skipped=str(counts["not_run"] + counts["cancelled"]),
+        root,
+        "testsuite",
+        name=name,
+        tests=str(len(entries)),
+        failures=str(counts["failed"]),
+        errors=str(counts["error"]),
+        skipped=str(counts["not_run"] + counts["cancelled"]),
         time=f"{sum(e.get('elapsed', 0) for e in entries):.3f}",
         timestamp=_dt.datetime.fromtimestamp(doc.get("created_at", 0), _dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S"),
-        hostname=platform.node() or "localhost")
+        hostname=platform.node() or "localhost",
+    )
     props = ET.SubElement(suite, "properties")
     for key in ("mode", "seed", "shard", "run_id", "project"):
         if doc.get(key) is not None:
@@ -88,10 +102,13 @@ def _suite(root: ET.Element, name: str, entries: list[dict[str, Any]], doc: dict
 def render_junit(doc: dict[str, Any]) -> str:
     entries = doc["ops"] + doc["kernels"]
     root = ET.Element(
-        "testsuites", name="gpuemu", tests=str(len(entries)),
+        "testsuites",
+        name="gpuemu",
+        tests=str(len(entries)),
         failures=str(sum(1 for e in entries if e["status"] == "failed")),
         errors=str(sum(1 for e in entries if e["status"] == "error")),
-        time=f"{doc.get('elapsed', 0):.3f}")
+        time=f"{doc.get('elapsed', 0):.3f}",
+    )
     ops = _suite(root, "gpuemu.ops", doc["ops"], doc)
     for e in doc["ops"]:
         _op_case(ops, e)
@@ -100,12 +117,19 @@ def render_junit(doc: dict[str, Any]) -> str:
         for k in doc["kernels"]:
             _kernel_case(ks, k)
     if doc.get("regressions"):
-        regs = _suite(root, "gpuemu.regressions", [
-            {"status": "failed" if doc.get("fail_on_regression") else "passed", "elapsed": 0}
-            for _ in doc["regressions"]], doc)
+        regs = _suite(
+            root,
+            "gpuemu.regressions",
+            [
+                {"status": "failed" if doc.get("fail_on_regression") else "passed", "elapsed": 0}
+                for _ in doc["regressions"]
+            ],
+            doc,
+        )
         for r in doc["regressions"]:
-            tc = ET.SubElement(regs, "testcase", classname="gpuemu.regressions", name=f"{r['kind']}:{r['name']}",
-                               time="0.000")
+            tc = ET.SubElement(
+                regs, "testcase", classname="gpuemu.regressions", name=f"{r['kind']}:{r['name']}", time="0.000"
+            )
             if doc.get("fail_on_regression"):
                 ET.SubElement(tc, "failure", message=r["reason"][:1000], type="regression").text = r["reason"]
             else:

@@ -27,8 +27,10 @@ def failure_text(op: str, f: dict[str, Any], replay_prefix: str = "") -> str:
     shapes = " ".join(f"{k}={v}" for k, v in f["shapes"].items())
     where = f" ({f['file']}:{f['line']})" if f.get("file") and f.get("line") else ""
     replay = f["replay"] if not replay_prefix else f["replay"].replace("gpuemu ", f"gpuemu {replay_prefix} ", 1)
-    return (f"{tag} {op} [{f['kind']}: {KIND_TEXT.get(f['kind'], f['kind'])}] seed={f['seed']} dtype={f['dtype']} "
-            f"{shapes} layout={f['layout']} dist={f['distribution']}: {_err(f)}{where}\n    replay: {replay}")
+    return (
+        f"{tag} {op} [{f['kind']}: {KIND_TEXT.get(f['kind'], f['kind'])}] seed={f['seed']} dtype={f['dtype']} "
+        f"{shapes} layout={f['layout']} dist={f['distribution']}: {_err(f)}{where}\n    replay: {replay}"
+    )
 
 
 def render_text(doc: dict[str, Any], *, show: int = 3, replay_prefix: str = "") -> str:
@@ -41,8 +43,10 @@ def render_text(doc: dict[str, Any], *, show: int = 3, replay_prefix: str = "") 
             ratio = stats.get("max_ratio")
             if e["status"] == "passed" and isinstance(ratio, (int, float)):
                 err += f" ({ratio:.0%} of tolerance)"
-        lines.append(f"{WORD.get(e['status'], e['status']):8}{e['name']:24} {e['message']:40} {err:32} "
-                     f"{e.get('elapsed', 0):6.2f} s")
+        lines.append(
+            f"{WORD.get(e['status'], e['status']):8}{e['name']:24} {e['message']:40} {err:32} "
+            f"{e.get('elapsed', 0):6.2f} s"
+        )
         se = e.get("setup_error")
         if se:
             loc = f"{se.get('file')}:{se.get('line')}: " if se.get("file") else ""
@@ -60,16 +64,22 @@ def render_text(doc: dict[str, Any], *, show: int = 3, replay_prefix: str = "") 
     for k in doc["kernels"]:
         lines.append(f"{WORD.get(k['status'], k['status']):8}{k['name']:24} kernel {k.get('summary', '')}")
         for f in k.get("findings", [])[: max(show, 10)]:
-            lines.append(f"    {f.get('file')}:{f.get('line')}: {f.get('severity')} {f.get('code')}: {f.get('message')}")
+            lines.append(
+                f"    {f.get('file')}:{f.get('line')}: {f.get('severity')} {f.get('code')}: {f.get('message')}"
+            )
         if k["status"] == "not_run" and k.get("message"):
             lines.append(f"    {k['message']}")
     for r in doc.get("regressions", []):
         lines.append(f"REGRESSION {r['kind']} {r['name']}: {r['reason']}")
     s = doc["summary"]
-    tail = (f"{s.get('passed', 0)} passed, {s.get('failed', 0)} failed, {s.get('error', 0)} errors, "
-            f"{s.get('not_run', 0)} not run")
+    tail = (
+        f"{s.get('passed', 0)} passed, {s.get('failed', 0)} failed, {s.get('error', 0)} errors, "
+        f"{s.get('not_run', 0)} not run"
+    )
     if s.get("regressions"):
-        tail += f", {s['regressions']} regressions" + ("" if doc.get("fail_on_regression") else " (not failing the run)")
+        tail += f", {s['regressions']} regressions" + (
+            "" if doc.get("fail_on_regression") else " (not failing the run)"
+        )
     cases = sum(e.get("cases", 0) for e in doc["ops"])
     tail += f" ({s.get('ops', 0)} ops, {cases} cases"
     if s.get("kernels"):

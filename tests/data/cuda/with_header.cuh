@@ -1,0 +1,2 @@
+// Tile size shared by with_header.cu (tests edit a copy to check cache invalidation).
+#define TILE 16
