@@ -49,11 +49,22 @@ def failure_entry(r: CaseResult, root: Path) -> dict[str, Any]:
         "mismatches": st["mismatches"],
         "total": st["total"],
         "tolerance": list(r.tolerance) if r.tolerance else None,
+        "unexpected_nan": sum(c.unexpected_nan for c in r.comparisons),
+        "unexpected_inf": sum(c.unexpected_inf for c in r.comparisons),
+        "missing_nan": sum(c.missing_nan for c in r.comparisons),
+        "first_index": _first_bad(r),
         "message": (r.message or "").strip().splitlines()[0][:500] if (r.message or "").strip() else "",
         "file": file,
         "line": r.line,
         "replay": replay_command(r.op, r.seed),
     }
+
+
+def _first_bad(r: CaseResult) -> list[int] | None:
+    for c in r.comparisons:
+        if not c.passed and c.first_index is not None:
+            return list(c.first_index)
+    return None
 
 
 def op_entry_dict(config: Config, o: OpOutcome) -> dict[str, Any]:

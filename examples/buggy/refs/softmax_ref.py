@@ -1,0 +1,44 @@
+"""Float64 reference for a row softmax over the last axis (script protocol).
+
+stdin : {"inputs": {"x": {"shape", "dtype", "data"}}, "kwargs": {}}
+stdout: {"outputs": {"result": {"shape", "dtype": "float64", "data"}}}
+
+A fully -inf row gives NaN (0/0), like torch.softmax: plain softmax has no answer there.
+Plain Python + numpy only; prints nothing but the answer on stdout.
+"""
+
+import base64
+import json
+import sys
+
+import numpy as np
+
+
+def decode(t):
+    raw = base64.b64decode(t["data"])
+    if t["dtype"] == "bfloat16":  # raw bf16 bits are the top half of a float32
+        arr = (np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
+    else:
+        arr = np.frombuffer(raw, dtype=np.dtype(t["dtype"]).newbyteorder("<"))
+    return arr.reshape(t["shape"]).astype(np.float64)
+
+
+def encode(a):
+    a = np.ascontiguousarray(a, dtype="<f8")
+    return {"shape": list(a.shape), "dtype": "float64", "data": base64.b64encode(a.tobytes()).decode("ascii")}
+
+
+def softmax(x):
+    with np.errstate(all="ignore"):
+        e = np.exp(x - x.max(axis=-1, keepdims=True))
+        return e / e.sum(axis=-1, keepdims=True)
+
+
+def main():
+    request = json.loads(sys.stdin.read())
+    x = decode(request["inputs"]["x"])
+    json.dump({"outputs": {"result": encode(softmax(x))}}, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()

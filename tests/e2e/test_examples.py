@@ -1,0 +1,101 @@
+"""The bundled workspaces, through the real CLI: every bug caught with default settings, every twin passes,
+and each failing op's diagnosis names its bug class."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+
+#: op -> words its diagnosis line must contain (the bug class, stated from evidence)
+BUGGY = {
+    "softmax_tail_mask": ["N % ", "last block is partial", "tail mask"],
+    "matmul_acc_overwrite": ["fails iff K > 32", "accumulator overwritten"],
+    "softmax_online_rescale": ["N > ", "not rescaled"],
+    "attention_missing_scale": ["every case", "missing scale"],
+    "rowscale_strides": ["layout != contiguous", "strides ignored"],
+    "softmax_no_max": ["large", "no max-subtraction"],
+    "rmsnorm_fp16_acc": ["N > ", "low-precision accumulation"],
+    "masked_softmax_nan": ["fails iff distribution == masked_rows", "entirely -inf"],
+    "variance_empty_split": ["fails iff N == 1", "empty partition"],
+}
+
+
+def gpuemu(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gpuemu_ls", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=600, check=False)
+
+
+@pytest.fixture(scope="module")
+def buggy(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    ws = tmp_path_factory.mktemp("buggy") / "buggy"
+    shutil.copytree(EXAMPLES / "buggy", ws, ignore=shutil.ignore_patterns(".gpuemu"))
+    proc = gpuemu("test", "-j", "2", "--format", "json", cwd=ws)
+    assert proc.returncode == 1, proc.stderr
+    doc = json.loads(proc.stdout)
+    return {"ws": ws, "doc": doc, "ops": {e["name"]: e for e in doc["ops"]}}
+
+
+def test_every_bug_class_has_a_buggy_op_and_a_twin(buggy: dict) -> None:
+    names = set(buggy["ops"])
+    for op in BUGGY:
+        assert op in names and f"{op}_ok" in names
+
+
+@pytest.mark.parametrize("op", sorted(BUGGY))
+def test_bug_is_caught_and_twin_passes(buggy: dict, op: str) -> None:
+    bad, twin = buggy["ops"][op], buggy["ops"][f"{op}_ok"]
+    assert bad["status"] == "failed", bad["message"]
+    assert bad["failed"] > 0 and bad["errors"] == 0
+    assert twin["status"] == "passed", (twin["message"], twin["failures"][:2])
+    assert twin["cases"] == bad["cases"] > 0
+
+
+@pytest.mark.parametrize("op", sorted(BUGGY))
+def test_diagnosis_names_the_bug_class(buggy: dict, op: str) -> None:
+    diagnosis = buggy["ops"][op]["diagnosis"]
+    for words in BUGGY[op]:
+        assert words in diagnosis, diagnosis
+
+
+def test_failure_lines_carry_everything_to_act_on(buggy: dict) -> None:
+    proc = gpuemu("failures", "--op", "matmul_acc_overwrite", cwd=buggy["ws"])
+    assert proc.returncode == 0
+    line = proc.stdout.splitlines()[0]
+    for part in ("FAIL matmul_acc_overwrite", "[mismatch", "seed=", "dtype=", "a=[", "b=[", "layout=", "dist=",
+                 "max abs err", "atol="):
+        assert part in line, line
+    assert "replay: gpuemu reproduce --op matmul_acc_overwrite --seed" in proc.stdout
+
+
+def test_replay_reproduces_and_standalone_repro_runs_without_gpuemu(buggy: dict) -> None:
+    failure = buggy["ops"]["softmax_tail_mask"]["failures"][0]
+    proc = gpuemu(*failure["replay"].split()[1:], cwd=buggy["ws"])
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "stored snapshot" in proc.stdout and "FAILED" in proc.stdout
+    repro = buggy["ws"] / ".gpuemu" / "repro" / f"softmax_tail_mask_{failure['seed']}.py"
+    assert repro.is_file()
+    assert str(buggy["ws"]) not in repro.read_text()  # no absolute user paths
+    # run it with python -I (isolated: no site-packages path tricks, no gpuemu on sys.path)
+    out = subprocess.run([sys.executable, "-I", str(repro)], capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode == 1 and "AssertionError" in out.stderr, out.stdout + out.stderr
+
+
+def test_quickstart_passes_through_the_gate(tmp_path: Path) -> None:
+    ws = tmp_path / "quickstart"
+    shutil.copytree(EXAMPLES / "quickstart", ws, ignore=shutil.ignore_patterns(".gpuemu"))
+    proc = subprocess.run([sys.executable, "-c", "import sys; from gpuemu_ls.cli import server_main; "
+                           "sys.exit(server_main(['--check', sys.argv[1], '--format', 'json']))", str(ws)],
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    doc = json.loads(proc.stdout)
+    assert doc["status"] == "passed" and doc["summary"]["ops"] >= 4
+    styles = {(e["source"] or {}).get("file", "").endswith(".py") for e in doc["ops"]}
+    assert styles == {True}
