@@ -133,6 +133,13 @@ def _gate_flags(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="gpuemu", description="Validate GPU kernels against float64 references, on a CPU.")
     parser.add_argument("--version", action="version", version=f"gpuemu {__version__}")
+    parser.add_argument(
+        "-C",
+        "--workspace",
+        dest="top_workspace",
+        metavar="PATH",
+        help="workspace folder (also accepted after the command)",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
 
@@ -232,10 +239,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _workspace(args: argparse.Namespace) -> Path:
-    if getattr(args, "workspace", None):
-        root = Path(args.workspace).expanduser()
+    given = getattr(args, "workspace", None) or getattr(args, "top_workspace", None)
+    if given:
+        root = Path(given).expanduser()
         if not (root / CONFIG_NAME).is_file():
-            raise UsageError(f"no {CONFIG_NAME} in {root.resolve()} (run `gpuemu init {args.workspace}`)")
+            raise UsageError(f"no {CONFIG_NAME} in {root.resolve()} (run `gpuemu init {given}`)")
         return root.resolve()
     found = find_workspace(Path.cwd())
     if found is None:
@@ -693,7 +701,7 @@ def cmd_lint(args: argparse.Namespace) -> int:
     from .engine.kernels import cache_dir, lint_entries, lint_path
 
     cfg: Config | None = None
-    if args.workspace or not args.files:
+    if args.workspace or args.top_workspace or not args.files:
         cfg = _config(args)
     elif (found := find_workspace(Path.cwd())) is not None:
         cfg = load_config(found)

@@ -915,7 +915,12 @@ class _Checker:
             return
         found = top_level_names(file)
         if found is None:
-            self.problem(path, f"cannot parse {file.name} to find {func!r}", "fix the Python syntax error first")
+            where = _syntax_error_at(file)
+            self.problem(
+                path,
+                f"cannot parse {file.name} to find {func!r}: syntax error at {where}",
+                f"fix the Python syntax error at {where} first",
+            )
         elif func not in found and "*" not in found and "__getattr__" not in found:
             close = difflib.get_close_matches(func, sorted(found), n=1)
             self.problem(
@@ -1159,6 +1164,16 @@ def module_file(root: Path, module: str) -> Path | None:
         if candidate.is_file():
             return candidate
     return None
+
+
+def _syntax_error_at(file: Path) -> str:
+    try:
+        ast.parse(file.read_text(encoding="utf-8"), filename=str(file))
+    except SyntaxError as exc:
+        return f"{file.name}:{exc.lineno}" + (f":{exc.offset}" if exc.offset else "") + f" ({exc.msg})"
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        return f"{file.name} ({exc})"
+    return file.name
 
 
 def top_level_names(file: Path) -> dict[str, int] | None:

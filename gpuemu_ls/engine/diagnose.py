@@ -44,12 +44,16 @@ def _candidates(cases: list[CaseResult]) -> list[Predicate]:
             preds.append(Predicate(f"{attr} == {v}", lambda c, a=attr, v=v: getattr(c.spec, a) == v, 1, kind=attr))
         if len(values) > 2:
             for v in values:
-                preds.append(Predicate(f"{attr} != {v}", lambda c, a=attr, v=v: getattr(c.spec, a) != v, 1,
-                                       kind=attr))
+                preds.append(Predicate(f"{attr} != {v}", lambda c, a=attr, v=v: getattr(c.spec, a) != v, 1, kind=attr))
             for a_, b_ in itertools.combinations(values, 2):
-                preds.append(Predicate(f"{attr} in {{{a_}, {b_}}}",
-                                       lambda c, a=attr, s=frozenset((a_, b_)): getattr(c.spec, a) in s, 2,
-                                       kind=attr))
+                preds.append(
+                    Predicate(
+                        f"{attr} in {{{a_}, {b_}}}",
+                        lambda c, a=attr, s=frozenset((a_, b_)): getattr(c.spec, a) in s,
+                        2,
+                        kind=attr,
+                    )
+                )
     dims = sorted({d for c in cases for d in c.spec.dims})
     for d in dims:
         values = sorted({c.spec.dims.get(d, 0) for c in cases})
@@ -59,15 +63,29 @@ def _candidates(cases: list[CaseResult]) -> list[Predicate]:
             preds.append(Predicate(f"{d} == {v}", lambda c, d=d, v=v: c.spec.dims.get(d) == v, 2, dim=d, kind="equal"))
         for k in range(1, 13):
             b = 1 << k
-            preds.append(Predicate(f"{d} % {b} != 0", lambda c, d=d, b=b: c.spec.dims.get(d, 0) % b != 0, 3, dim=d,
-                                   block=b, kind="modulo"))
+            preds.append(
+                Predicate(
+                    f"{d} % {b} != 0",
+                    lambda c, d=d, b=b: c.spec.dims.get(d, 0) % b != 0,
+                    3,
+                    dim=d,
+                    block=b,
+                    kind="modulo",
+                )
+            )
         for i, t in enumerate(values[:-1]):
             t = _nice_threshold(t, values[i + 1])
-            preds.append(Predicate(f"{d} > {t}", lambda c, d=d, t=t: c.spec.dims.get(d, 0) > t, 4, dim=d,
-                                   threshold=t, kind="above"))
+            preds.append(
+                Predicate(
+                    f"{d} > {t}", lambda c, d=d, t=t: c.spec.dims.get(d, 0) > t, 4, dim=d, threshold=t, kind="above"
+                )
+            )
         for t in values[1:]:
-            preds.append(Predicate(f"{d} < {t}", lambda c, d=d, t=t: c.spec.dims.get(d, 0) < t, 4, dim=d,
-                                   threshold=t, kind="below"))
+            preds.append(
+                Predicate(
+                    f"{d} < {t}", lambda c, d=d, t=t: c.spec.dims.get(d, 0) < t, 4, dim=d, threshold=t, kind="below"
+                )
+            )
     return preds
 
 
@@ -199,7 +217,8 @@ def _location(bad: list[CaseResult], op: OpConfig, cond: Predicate | None) -> li
                 "reduction's identity)"
             )
     # constant ratio: a missing or wrong scale
-    ratios = [cmp.ratio for _, cmp in comps if cmp.ratio and cmp.ratio.get("samples", 0) >= 8]
+    paired = [(c, cmp.ratio) for c, cmp in comps if cmp.ratio and cmp.ratio.get("samples", 0) >= 8]
+    ratios = [r for _, r in paired]
     if ratios and "unexpected_nan" not in kinds:
         med = [r["median"] for r in ratios]
         tight = all(abs(r["p90"] - r["p10"]) <= 1e-2 * abs(r["median"]) for r in ratios)
@@ -207,7 +226,7 @@ def _location(bad: list[CaseResult], op: OpConfig, cond: Predicate | None) -> li
             m = med[0]
             same = all(abs(x - m) <= 1e-2 * abs(m) for x in med)
             factor = f"{m:.4g}" if same else "a constant per case"
-            hint = _scale_hint(bad, med) if not same else ""
+            hint = _scale_hint([c for c, _ in paired], med) if not same else ""
             notes.append(f"op/ref is {factor} everywhere: a constant factor, likely a missing or wrong scale{hint}")
     if not notes and comps:
         fracs = [cmp.mismatches / max(cmp.total, 1) for _, cmp in comps]
@@ -312,8 +331,10 @@ def diagnose_cases(cases: list[CaseResult], op: OpConfig, root: Path | None = No
         line = f"{verb} on every case ({len(bad)}/{len(cases)})"
     elif trivial:
         assert cond is not None
-        line = (f"{verb} on every case except {cond.dim} <= {cond.threshold} ({len(bad)}/{len(bad)} {noun}, "
-                f"0/{len(good)} passing: at size {cond.threshold} the result is trivial)")
+        line = (
+            f"{verb} on every case except {cond.dim} <= {cond.threshold} ({len(bad)}/{len(bad)} {noun}, "
+            f"0/{len(good)} passing: at size {cond.threshold} the result is trivial)"
+        )
         cond = Predicate("always", cond.test, 0, kind="always")
     elif cond is not None:
         line = f"{verb} iff {cond.text} ({len(bad)}/{len(bad)} {noun}, 0/{len(good)} passing)"

@@ -83,12 +83,39 @@ def numpy_dtype(name: str) -> np.dtype:
 
 
 def dtype_name(dtype: np.dtype | type) -> str:
-    """The gpuemu name of a numpy dtype (inverse of :func:`numpy_dtype`)."""
+    """The gpuemu name of a numpy dtype (inverse of :func:`numpy_dtype`); byte order does not matter."""
     dt = np.dtype(dtype)
+    if dt.byteorder not in ("=", "|"):
+        dt = dt.newbyteorder("=")
     for name, candidate in _NUMPY.items():
         if candidate == dt:
             return name
     raise KeyError(f"dtype {dt} is not supported by gpuemu-ls")
+
+
+def round_to(values: np.ndarray, name: str) -> np.ndarray:
+    """float64 values rounded once, to nearest-even, to the float dtype ``name`` (returned in that dtype).
+
+    numpy rounds float64 to float32 and float16 correctly; ml_dtypes' bfloat16 goes through float32
+    and so rounds twice. For bfloat16 the float64 value is first rounded exactly to 8 significant bits
+    (or to the subnormal quantum) with rint, which is then exact in float32 and in bfloat16.
+    """
+    target = numpy_dtype(name)
+    x = np.asarray(values, dtype=np.float64)
+    if name != "bfloat16":
+        with np.errstate(over="ignore"):
+            return x.astype(target)
+    info = FLOAT_INFO["bfloat16"]
+    with np.errstate(over="ignore", invalid="ignore"):
+        m, e = np.frexp(x)
+        normal = np.abs(x) >= info.tiny
+        rounded = np.where(
+            normal,
+            np.ldexp(np.rint(np.ldexp(m, info.precision)), (e - info.precision).astype(np.int32)),
+            np.rint(x / info.smallest_subnormal) * info.smallest_subnormal,
+        )
+        rounded = np.where(np.isfinite(x), rounded, x)
+        return rounded.astype(np.float32).astype(target)
 
 
 def is_float(name: str) -> bool:

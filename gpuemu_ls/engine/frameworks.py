@@ -77,7 +77,7 @@ class JaxAdapter(Adapter):
         self.jnp = jnp
 
     def from_numpy(self, arr: np.ndarray) -> Any:
-        return self.jnp.asarray(np.ascontiguousarray(arr))
+        return self.jnp.asarray(np.asarray(arr, order="C"))
 
     def to_numpy(self, value: Any) -> np.ndarray:
         return np.asarray(value)
@@ -98,7 +98,7 @@ class TensorflowAdapter(Adapter):
     def from_numpy(self, arr: np.ndarray) -> Any:
         if arr.dtype == ml_dtypes.bfloat16:
             return self.tf.cast(self.tf.constant(arr.astype(np.float32)), self.tf.bfloat16)
-        return self.tf.constant(np.ascontiguousarray(arr))
+        return self.tf.constant(np.asarray(arr, order="C"))
 
     def to_numpy(self, value: Any) -> np.ndarray:
         if hasattr(value, "dtype") and getattr(value.dtype, "name", "") == "bfloat16":

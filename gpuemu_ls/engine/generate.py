@@ -84,8 +84,9 @@ def _numel(shape: tuple[int, ...]) -> int:
 
 
 def _cast(values: np.ndarray, name: str) -> np.ndarray:
-    with np.errstate(over="ignore"):
-        return np.ascontiguousarray(values.astype(dt.numpy_dtype(name)))
+    """Round once to the input dtype; keeps 0-d arrays 0-d (np.ascontiguousarray would make them 1-d)."""
+    out = dt.round_to(values, name) if dt.is_float(name) else np.asarray(values).astype(dt.numpy_dtype(name))
+    return np.array(out, order="C", copy=True)
 
 
 def integer_values(s: Stream, shape: tuple[int, ...], name: str, lo: float, hi: float) -> np.ndarray:
@@ -148,6 +149,10 @@ def float_values(s: Stream, shape: tuple[int, ...], dist: str, name: str) -> np.
         base[pick < 0.02] = np.nan
         base[(pick >= 0.02) & (pick < 0.035)] = np.inf
         base[(pick >= 0.035) & (pick < 0.05)] = -np.inf
+        flat = base.reshape(-1)
+        start, step = s.integer(0, flat.size), max(1, flat.size // 3)
+        for i, value in enumerate((np.nan, np.inf, -np.inf)[: flat.size]):  # each special value at least once
+            flat[(start + i * step) % flat.size] = value
     elif dist not in ("masked_rows", "partial_inf", "special"):
         raise ValueError(f"unknown distribution {dist!r}")
     return base.reshape(shape)
@@ -159,7 +164,7 @@ def _emax(info: dt.FloatInfo) -> int:
 
 def _rows(shape: tuple[int, ...]) -> tuple[int, int]:
     if not shape:
-        return 1, 1
+        return 1, 1  # a scalar is one row of one
     width = shape[-1]
     return _numel(shape[:-1]), width
 

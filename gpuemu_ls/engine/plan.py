@@ -4,7 +4,8 @@ A case is named by its op and an integer seed, and everything about it is derive
 and the op's schema, so ``gpuemu reproduce --op softmax --seed 17`` means the same case on any
 machine. For each categorical axis (strategy, dtype, layout, distribution) with n options, seed s
 takes option ``perm_w[s mod n]`` where ``perm_w`` is a keyed permutation of the options for the
-window ``w = s // n``: every n consecutive seeds cover every option once, in a random order. Dims
+window ``w = s // n``: every aligned window of n seeds (``w*n .. w*n+n-1``) covers every option once,
+in a random order. Dims
 then follow the case's shape strategy:
 
 * ``default``: every dim at its default;
@@ -136,16 +137,18 @@ def derive_dims(op: OpConfig, seed: int, strategy: str, max_elements: int = DEFA
 
 
 def _fit_budget(op: OpConfig, dims: dict[str, int], max_elements: int) -> dict[str, int]:
-    def biggest() -> int:
-        return max((_numel(shape_of(i.shape, dims)) for i in op.inputs), default=0)
-
-    while biggest() > max_elements:
-        shrinkable = [n for n in sorted(dims) if dims[n] > op.dims[n].min and op.dims[n].candidates is None]
+    """Halve the largest shrinkable dim *of the oversized input* until every input fits."""
+    while True:
+        over = [i for i in op.inputs if _numel(shape_of(i.shape, dims)) > max_elements]
+        if not over:
+            return dims
+        biggest = max(over, key=lambda i: _numel(shape_of(i.shape, dims)))
+        own = {d for d in biggest.shape if isinstance(d, str)}
+        shrinkable = [n for n in sorted(own) if dims[n] > op.dims[n].min and op.dims[n].candidates is None]
         if not shrinkable:
-            break
+            return dims
         name = max(shrinkable, key=lambda n: (dims[n], n))
         dims[name] = max(op.dims[name].min, dims[name] // 2)
-    return dims
 
 
 def shape_of(shape: tuple[str | int, ...], dims: dict[str, int]) -> tuple[int, ...]:

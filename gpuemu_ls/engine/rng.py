@@ -8,7 +8,7 @@ platforms. Every failure must replay from (op, seed) anywhere, so this module us
 * SplitMix64 over a counter (integer arithmetic modulo 2**64) for raw 64-bit words;
 * correctly rounded IEEE-754 operations (+, -, *, /, sqrt, frexp/ldexp) to make floats from them.
 
-Uniforms are ``(w >> 11 + 0.5) * 2**-53``, in (0, 1) and exact. Normals invert the normal CDF with
+Uniforms are ``((w >> 12) + 0.5) * 2**-52``, strictly inside (0, 1) and exact. Normals invert the normal CDF with
 Wichura's AS241 (the algorithm of ``statistics.NormalDist.inv_cdf``), whose tails need a logarithm:
 :func:`det_log` computes it from ``frexp`` and a fixed odd series, so it is bit-exact too.
 """
@@ -171,9 +171,9 @@ class Stream:
         return out
 
     def uniform(self, n: int) -> np.ndarray:
-        """n floats in (0, 1), exact multiples of 2**-53 plus half a step."""
-        w = self.words(n) >> np.uint64(11)
-        return (w.astype(np.float64) + 0.5) * 2.0**-53
+        """n floats strictly inside (0, 1): 52 random bits plus half a step, exact in float64."""
+        w = self.words(n) >> np.uint64(12)
+        return (w.astype(np.float64) + 0.5) * 2.0**-52
 
     def normal(self, n: int) -> np.ndarray:
         return inv_normal_cdf(self.uniform(n))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 import io
 import sys
+import sysconfig
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -42,12 +43,33 @@ class CallError(Exception):
         return self.message
 
 
+_LIBRARY_PARTS = ("site-packages", "dist-packages", ".venv", "venv", ".tox", "__pypackages__")
+
+
+def is_library(filename: str) -> bool:
+    """A file of an installed package or of the standard library (even inside a workspace's .venv)."""
+    if any(p in _LIBRARY_PARTS for p in Path(filename).parts):
+        return True
+    try:
+        resolved = Path(filename).resolve()
+    except (OSError, ValueError):
+        return False
+    return any(resolved.is_relative_to(d) for d in _LIBRARY_DIRS)
+
+
+_LIBRARY_DIRS = tuple(
+    Path(p).resolve()
+    for p in {sysconfig.get_paths().get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    if p
+)
+
+
 def user_frame(tb: Any, root: Path) -> tuple[str | None, int | None]:
-    """The innermost traceback frame inside the workspace (where the user's bug is)."""
+    """The innermost traceback frame in the user's own code inside the workspace (where the bug is)."""
     found: tuple[str | None, int | None] = (None, None)
     for frame in traceback.extract_tb(tb):
         try:
-            if Path(frame.filename).resolve().is_relative_to(root):
+            if Path(frame.filename).resolve().is_relative_to(root) and not is_library(frame.filename):
                 found = (frame.filename, frame.lineno)
         except (OSError, ValueError):
             continue
@@ -185,7 +207,9 @@ class ScriptRunner(Runner):
         stdout = io.TextIOWrapper(out_bytes, encoding="utf-8", write_through=True)
         stderr = io.StringIO()
         saved = sys.stdin, sys.stdout, sys.stderr, sys.argv
+        saved_path = list(sys.path)
         sys.stdin, sys.stdout, sys.stderr, sys.argv = stdin, stdout, stderr, [str(self.path)]
+        sys.path.insert(0, str(self.path.parent))  # as `python script.py` does: siblings import
         status: int | str | None = 0
         error: BaseException | None = None
         try:
@@ -203,6 +227,7 @@ class ScriptRunner(Runner):
             except ValueError:
                 pass
             sys.stdin, sys.stdout, sys.stderr, sys.argv = saved
+            sys.path[:] = saved_path
         err_tail = stderr.getvalue()[-STDERR_TAIL:]
         if error is not None:
             file, line = user_frame(error.__traceback__, self.root)
@@ -224,8 +249,8 @@ class ScriptRunner(Runner):
 def promote(arr: np.ndarray) -> np.ndarray:
     """What the reference receives: floats as contiguous float64, other dtypes as contiguous copies."""
     if arr.dtype.kind == "f" or arr.dtype.name == "bfloat16":
-        return np.ascontiguousarray(arr, dtype=np.float64)
-    return np.ascontiguousarray(arr)
+        return np.array(arr, dtype=np.float64, order="C")  # not ascontiguousarray: that makes 0-d arrays 1-d
+    return np.array(arr, order="C")
 
 
 __all__ = ["CallError", "CallableRunner", "Runner", "ScriptRunner", "load_callable", "promote", "user_frame"]

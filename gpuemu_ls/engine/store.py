@@ -52,7 +52,7 @@ def encode_arrays(arrays: dict[str, np.ndarray]) -> bytes:
     chunks: list[bytes] = []
     offset = 0
     for name, arr in arrays.items():
-        a = np.ascontiguousarray(arr)
+        a = np.asarray(arr, order="C")  # np.ascontiguousarray would turn a 0-d array into shape (1,)
         raw = a.tobytes()
         header[name] = {"dtype": dt.dtype_name(a.dtype), "shape": list(a.shape), "offset": offset, "nbytes": len(raw)}
         chunks.append(raw)

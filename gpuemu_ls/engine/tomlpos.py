@@ -83,6 +83,7 @@ class _Scanner:
         self.out = out
         self.arrays: dict[Path_, int] = {}  # array-of-tables path (with indices) -> last index
         self.table: Path_ = ()
+        self.key_end = (1, 1)
 
     # --- low level -------------------------------------------------------------------------
     def peek(self, k: int = 0) -> str:
@@ -138,6 +139,7 @@ class _Scanner:
             path = (*self.resolve(keys[:-1]), keys[-1])
             idx = self.arrays.get(path, -1) + 1
             self.arrays[path] = idx
+            self.out.setdefault(path, Entry(span))  # the array itself sits at its first header
             path = (*path, idx)
         else:
             path = self.resolve(keys)
@@ -154,12 +156,15 @@ class _Scanner:
         return path
 
     def key_parts(self) -> list[str]:
+        """A dotted key; ``self.key_end`` is left right after its last part (before any blank)."""
         parts = [self.simple_key()]
+        self.key_end = self.pos()
         self.skip_ws()
         while self.peek() == ".":
             self.advance()
             self.skip_ws()
             parts.append(self.simple_key())
+            self.key_end = self.pos()
             self.skip_ws()
         return parts
 
@@ -175,7 +180,7 @@ class _Scanner:
     def keyval(self, base: Path_) -> None:
         kstart = self.pos()
         keys = self.key_parts()
-        kend = self.pos()
+        kend = self.key_end
         path = (*base, *keys)
         self.skip_ws()
         if self.peek() == "=":

@@ -23,10 +23,13 @@ from .case import CaseResult
 from .config import Config, OpConfig
 from .generate import generate_inputs
 from .plan import QUICK_STRATEGIES, CaseSpec, derive_case, iter_seeds, mode_filter
+from .runners import is_library
 from .store import Store
 from .supervisor import Cancelled, SetupFailed, Worker, WorkerLost
 
 MODES = ("quick", "thorough")
+#: Runs whose per-op result is the op's verdict; a one-case replay or a calibration is not.
+VERDICT_MODES = ("quick", "thorough", "fuzz")
 #: After this many crashes or timeouts in a row an op stops: its verdict (error) cannot change, and
 #: each further hang would cost a whole timeout.
 MAX_CONSECUTIVE_LOST = 3
@@ -206,7 +209,8 @@ def run_op(
         except SetupFailed as exc:
             outcome.status = "error"
             outcome.setup_error = exc.info
-            outcome.message = exc.info.get("message", "setup failed")
+            first = (exc.info.get("message") or "setup failed").strip().splitlines()
+            outcome.message = first[0] if first else "setup failed"
             workers.drop()
             break
         except WorkerLost as exc:
@@ -279,9 +283,13 @@ _FRAME = re.compile(r'File "([^"]+)", line (\d+)')
 
 def crash_site(stderr: str, root: Path | None) -> tuple[str | None, int | None]:
     """The innermost workspace frame of the faulthandler dump a crashed worker left in its stderr."""
-    frames = _FRAME.findall(stderr or "")
+    text = stderr or ""
+    marker = max(text.rfind("Fatal Python error"), text.rfind("most recent call first"))
+    if marker >= 0:  # only the dump of the crash itself, not tracebacks the op logged earlier
+        text = text[marker:]
+    frames = _FRAME.findall(text)
     for file, line in frames:  # faulthandler prints the innermost frame first
-        if "gpuemu_ls" in file:
+        if "gpuemu_ls" in file or is_library(file):
             continue
         if root is None or Path(file).resolve().is_relative_to(root):
             return file, int(line)
@@ -341,26 +349,8 @@ def run_validation(
         if store is not None and run_id is not None and outcome.status != "cancelled":
             with store_lock:
                 store.add_cases(run_id, outcome.cases, max_snapshots=config.validation.max_failure_snapshots)
-                store.add_op_result(
-                    run_id,
-                    op.name,
-                    "op",
-                    outcome.status,
-                    cases=len(outcome.cases),
-                    passed=outcome.count("passed"),
-                    failed=outcome.count("failed"),
-                    errors=outcome.count("error"),
-                    stats=outcome.stats(),
-                    duration=outcome.elapsed,
-                    message=outcome.message,
-                    diagnosis=outcome.diagnosis,
-                    detail={
-                        "setup_error": outcome.setup_error,
-                        "stopped": outcome.stopped,
-                        "planned": outcome.planned,
-                        "mode": options.mode,
-                    },
-                )
+                if options.mode in VERDICT_MODES:
+                    _store_verdict(store, run_id, outcome, options.mode)
         if options.on_op:
             options.on_op(outcome)
         return outcome
@@ -385,6 +375,29 @@ def run_validation(
     if store is not None and run_id is not None:
         store.finish_run(run_id, "cancelled" if result.cancelled else result.status)
     return result
+
+
+def _store_verdict(store: Store, run_id: str, outcome: OpOutcome, mode: str) -> None:
+    store.add_op_result(
+        run_id,
+        outcome.op,
+        "op",
+        outcome.status,
+        cases=len(outcome.cases),
+        passed=outcome.count("passed"),
+        failed=outcome.count("failed"),
+        errors=outcome.count("error"),
+        stats=outcome.stats(),
+        duration=outcome.elapsed,
+        message=outcome.message,
+        diagnosis=outcome.diagnosis,
+        detail={
+            "setup_error": outcome.setup_error,
+            "stopped": outcome.stopped,
+            "planned": outcome.planned,
+            "mode": mode,
+        },
+    )
 
 
 def replay_spec(

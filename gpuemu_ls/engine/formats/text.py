@@ -11,9 +11,11 @@ WORD = {"passed": "PASS", "failed": "FAIL", "error": "ERROR", "not_run": "NOT RU
 
 def _err(f: dict[str, Any]) -> str:
     where = f" (first at {f['first_index']})" if f.get("first_index") is not None else ""
-    for key, what in (("unexpected_nan", "NaN where the reference is finite"),
-                      ("unexpected_inf", "inf where the reference is finite"),
-                      ("missing_nan", "finite where the reference is NaN")):
+    for key, what in (
+        ("unexpected_nan", "NaN where the reference is finite"),
+        ("unexpected_inf", "inf where the reference is finite"),
+        ("missing_nan", "finite where the reference is NaN"),
+    ):
         if f["kind"] == key and f.get(key):
             return f"{f[key]}/{f.get('total')} outputs {what}{where}"
     if f["kind"] in ("mismatch", "unexpected_nan", "unexpected_inf", "missing_nan") and f.get("max_abs") is not None:

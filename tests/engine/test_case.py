@@ -1,0 +1,518 @@
+"""One case in process: real ops and references through CallableRunner/ScriptRunner, scored by run_case."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gpuemu_ls.engine import wire
+from gpuemu_ls.engine.case import CaseContext, CaseResult, run_case
+from gpuemu_ls.engine.config import Config, OpConfig, load_config
+from gpuemu_ls.engine.frameworks import Adapter
+from gpuemu_ls.engine.plan import CaseSpec, derive_case, shape_of
+from gpuemu_ls.engine.runners import CallableRunner, CallError, Runner, ScriptRunner
+
+TOML = """
+[validation]
+dtypes = ["float32", "float16", "bfloat16"]
+
+[[ops]]
+name = "softmax"
+module = "case_ops:softmax"
+reference = "case_ops:softmax_ref"
+invariants = ["non_negative", "normalized", "shape_preserved"]
+
+[ops.inputs.x]
+shape = ["B", "N"]
+
+[ops.dims]
+B = { min = 1, max = 8, default = 3 }
+N = { min = 1, max = 300, default = 64 }
+
+[[ops]]
+name = "layernorm"
+module = "case_ops:layernorm"
+reference = "case_ops:layernorm_ref"
+dtypes = ["float32"]
+distributions = ["constant_rows"]
+
+[ops.inputs.x]
+shape = ["B", "N"]
+
+[ops.dims]
+B = { min = 1, max = 16, default = 4 }
+N = { min = 1, max = 2048, default = 512 }
+
+[ops.kwargs]
+eps = 1e-5
+
+[[ops]]
+name = "matmul"
+module = "case_ops:matmul"
+reference = "case_ops:matmul_ref"
+dtypes = ["float32"]
+layouts = ["contiguous", "transposed"]
+distributions = ["normal"]
+
+[ops.inputs.a]
+shape = ["M", "K"]
+
+[ops.inputs.b]
+shape = ["K", "N"]
+
+[ops.dims]
+M = { min = 1, max = 32, default = 16 }
+K = { min = 1, max = 4096, default = 2048 }
+N = { min = 1, max = 32, default = 16 }
+"""
+
+OPS = """
+import numpy as np
+
+
+def softmax(x):
+    xf = np.asarray(x, dtype=np.float32)
+    with np.errstate(invalid="ignore", over="ignore"):
+        m = xf.max(axis=-1, keepdims=True)
+        e = np.exp(xf - np.where(np.isneginf(m), 0, m))
+        return (e / e.sum(axis=-1, keepdims=True)).astype(x.dtype)
+
+
+def softmax_ref(x):
+    with np.errstate(invalid="ignore", over="ignore"):
+        e = np.exp(x - x.max(axis=-1, keepdims=True))
+        return e / e.sum(axis=-1, keepdims=True)
+
+
+def softmax_buggy(x):
+    return (softmax(x).astype(np.float32) * np.float32(1.001)).astype(x.dtype)
+
+
+def softmax_nan(x):
+    y = softmax(x)
+    y[..., 0] = np.nan
+    return y
+
+
+def softmax_f64(x):
+    return softmax(x).astype(np.float64)
+
+
+def softmax_mutates(x):
+    y = softmax(x)
+    x[...] = 0
+    return y
+
+
+def softmax_writes_gap(x):
+    y = softmax(x)
+    if x.base is not None and x.base.size > x.size:
+        x.base[..., 1] = 0  # inside the strided gap, not a logical element
+    return y
+
+
+def softmax_raises(x):
+    y = softmax(x)
+    raise IndexError("tile index out of range")
+
+
+def softmax_none(x):
+    out = np.empty_like(x)
+    np.copyto(out, softmax(x))
+
+
+def softmax_two(x):
+    return {"result": softmax(x), "lse": x.max(axis=-1)}
+
+
+def softmax_shape(x):
+    return softmax(x)[:, :-1]
+
+
+def softmax_negative_zeros(x):
+    y = softmax(x)
+    y[y == 0] = -1e-9  # within atol of the reference's exact zeros, but negative
+    return y
+
+
+def layernorm(x, eps):
+    # float32 with tree (pairwise) sums, as a GPU kernel reduces
+    xf = np.ascontiguousarray(x, dtype=np.float32)
+    n = np.float32(max(xf.shape[-1], 1))
+    mean = xf.sum(axis=-1, keepdims=True, dtype=np.float32) / n
+    d = xf - mean
+    var = (d * d).sum(axis=-1, keepdims=True, dtype=np.float32) / n
+    return (d / np.sqrt(var + np.float32(eps))).astype(x.dtype)
+
+
+def layernorm_buggy(x, eps):
+    xf = np.ascontiguousarray(x, dtype=np.float32)
+    mean = xf.mean(axis=-1, keepdims=True, dtype=np.float32)
+    d = xf - mean
+    var = (d * d).mean(axis=-1, keepdims=True, dtype=np.float32)
+    return (d / np.sqrt(var + np.float32(eps) * np.float32(1000))).astype(x.dtype)  # wrong eps
+
+
+def layernorm_ref(x, eps):
+    mean = x.mean(axis=-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
+    return (x - mean) / np.sqrt(var + eps)
+
+
+def matmul(a, b):
+    return (np.asarray(a, dtype=np.float32) @ np.asarray(b, dtype=np.float32)).astype(a.dtype)
+
+
+def matmul_short_k(a, b):
+    k = a.shape[-1]
+    a32, b32 = np.asarray(a, dtype=np.float32), np.asarray(b, dtype=np.float32)
+    if k <= 64:
+        return a32 @ b32
+    return (a32[:, : k - 1] @ b32[: k - 1]).astype(a.dtype)  # drops the last K element
+
+
+def matmul_ref(a, b):
+    return a @ b
+"""
+
+SCRIPT_OK = """
+import base64, json, sys
+import numpy as np
+
+req = json.load(sys.stdin)
+t = req["inputs"]["x"]
+x = np.frombuffer(base64.b64decode(t["data"]), dtype="<f8").reshape(t["shape"])
+with np.errstate(invalid="ignore", over="ignore"):
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    y = e / e.sum(axis=-1, keepdims=True)
+print(json.dumps({"outputs": {"result": {"shape": list(y.shape), "dtype": "float64",
+                                         "data": base64.b64encode(y.astype("<f8").tobytes()).decode()}}}))
+"""
+
+SCRIPT_OP = """
+import base64, json, sys
+import numpy as np
+
+req = json.load(sys.stdin)
+t = req["inputs"]["x"]
+dtype = {"float32": "<f4"}[t["dtype"]]
+flat = np.frombuffer(base64.b64decode(t["data"]), dtype=dtype)
+strides = t.get("strides")
+if strides:
+    x = np.lib.stride_tricks.as_strided(flat, t["shape"], [s * 4 for s in strides])
+else:
+    x = flat.reshape(t["shape"])
+xf = x.astype(np.float32)
+e = np.exp(xf - xf.max(axis=-1, keepdims=True))
+y = (e / e.sum(axis=-1, keepdims=True)).astype("<f4")
+print(json.dumps({"shape": list(y.shape), "dtype": "float32", "data": base64.b64encode(y.tobytes()).decode()}))
+"""
+
+FILES = {
+    "case_ops.py": OPS,
+    "refs/ok.py": SCRIPT_OK,
+    "refs/raises.py": "import sys\nsys.stdin.read()\n\nraise RuntimeError('reference blew up')\n",
+    "refs/exits.py": "import sys\nprint('bad input', file=sys.stderr)\nsys.exit(3)\n",
+    "refs/junk.py": "print('loading weights')\nprint('{}')\n",
+    "refs/silent.py": "import sys\nsys.stdin.read()\n",
+    "ops/softmax_op.py": SCRIPT_OP,
+}
+
+
+@pytest.fixture(scope="module")
+def cfg(tmp_path_factory: pytest.TempPathFactory, write_tree) -> Config:
+    root = write_tree(tmp_path_factory.mktemp("case"), {"gpuemu.toml": TOML, **FILES})
+    return load_config(root, user_config=root / "none.toml")
+
+
+def ctx_for(
+    cfg: Config, op_name: str, module: str | None = None, reference: str | None = None, op_runner: Runner | None = None
+) -> CaseContext:
+    op = cfg.op(op_name)
+    root = cfg.root
+    if op_runner is None:
+        op_runner = CallableRunner(root, module or op.module, op.input_names, Adapter(), "op")
+    ref = reference or op.reference
+    ref_runner: Runner = (
+        ScriptRunner(root, ref, "reference")
+        if ref.endswith(".py")
+        else CallableRunner(root, ref, op.input_names, Adapter(), "reference")
+    )
+    return CaseContext(root, op, cfg.validation, op_runner, ref_runner)
+
+
+def spec_for(op: OpConfig, seed: int = 0, **changes: object) -> CaseSpec:
+    spec = derive_case(op, seed)
+    dims = dict(spec.dims, **changes.pop("dims", {}))  # type: ignore[arg-type]
+    dist = changes.get("distribution", spec.distribution)
+    return dataclasses.replace(
+        spec,
+        dims=dims,
+        shapes={i.name: shape_of(i.shape, dims) for i in op.inputs},
+        input_distributions={i.name: dist for i in op.inputs},
+        **changes,
+    )
+
+
+def run(
+    cfg: Config, module: str, seed: int = 0, op_name: str = "softmax", reference: str | None = None, **changes: object
+) -> CaseResult:
+    ctx = ctx_for(cfg, op_name, module, reference)
+    return run_case(ctx, spec_for(ctx.op, seed, **changes))
+
+
+def test_a_correct_op_passes_across_dtypes_layouts_and_distributions(cfg: Config) -> None:
+    ctx = ctx_for(cfg, "softmax")
+    results = [run_case(ctx, derive_case(ctx.op, s)) for s in range(48)]
+    bad = [(r.seed, r.kind, r.message) for r in results if not r.passed]
+    assert bad == []
+    seen = {(r.spec.dtype, r.spec.layout) for r in results}
+    assert len(seen) == 9  # every dtype met every layout
+    assert all(r.snapshot is None for r in results)  # passing cases keep no snapshot
+
+
+def test_a_buggy_op_fails_with_mismatch(cfg: Config) -> None:
+    r = run(
+        cfg,
+        "case_ops:softmax_buggy",
+        dtype="float32",
+        layout="contiguous",
+        distribution="normal",
+        dims={"B": 2, "N": 50},
+    )
+    assert r.status == "failed" and r.kind == "mismatch" and not r.passed
+    assert "elements off" in r.message and r.tolerance == (1e-5, 1e-5)
+    assert r.snapshot is not None and r.snapshot["x"].shape == (2, 50)
+    assert r.features["outputs"]["result"]["bad_rows"] == 2
+
+
+def test_nan_where_the_reference_is_finite(cfg: Config) -> None:
+    r = run(cfg, "case_ops:softmax_nan", dtype="float16", distribution="normal", dims={"B": 2, "N": 8})
+    assert r.status == "failed" and r.kind == "unexpected_nan"
+    assert r.comparisons[0].unexpected_nan == 2
+
+
+def test_nan_where_the_reference_is_nan_too_passes(cfg: Config) -> None:
+    r = run(cfg, "case_ops:softmax", dtype="float32", distribution="masked_rows", dims={"B": 4, "N": 16})
+    assert r.passed, r.message
+
+
+def test_wrong_output_dtype(cfg: Config) -> None:
+    r = run(cfg, "case_ops:softmax_f64", dtype="bfloat16", distribution="normal", dims={"B": 2, "N": 8})
+    assert r.status == "failed" and r.kind == "dtype_mismatch"
+    assert "is float64, expected bfloat16" in r.message
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "strided"])
+def test_op_mutating_its_input(cfg: Config, layout: str) -> None:
+    r = run(cfg, "case_ops:softmax_mutates", layout=layout, distribution="normal", dims={"B": 2, "N": 8})
+    assert r.status == "failed" and r.kind == "input_mutation" and "x" in r.message
+
+
+def test_op_writing_into_the_strided_gap(cfg: Config) -> None:
+    r = run(cfg, "case_ops:softmax_writes_gap", layout="strided", distribution="normal", dims={"B": 2, "N": 8})
+    assert r.status == "failed" and r.kind == "input_mutation"
+    ok = run(cfg, "case_ops:softmax_writes_gap", layout="contiguous", distribution="normal", dims={"B": 2, "N": 8})
+    assert ok.passed
+
+
+def test_op_raising_is_an_error_at_the_users_line(cfg: Config) -> None:
+    r = run(cfg, "case_ops:softmax_raises", distribution="normal", dims={"B": 2, "N": 8})
+    assert r.status == "error" and r.kind == "op_error" and not r.passed
+    assert r.message.startswith("op raised IndexError: tile index out of range")
+    assert Path(r.file) == cfg.root / "case_ops.py"
+    assert r.line == OPS.splitlines().index('    raise IndexError("tile index out of range")') + 1
+    assert r.snapshot is not None  # an error keeps its inputs for replay
+
+
+def test_op_returning_none(cfg: Config) -> None:
+    r = run(cfg, "case_ops:softmax_none", distribution="normal", dims={"B": 2, "N": 8})
+    assert r.status == "error" and r.kind == "op_bad_output" and "returned None" in r.message
+
+
+def test_different_output_names(cfg: Config) -> None:
+    r = run(cfg, "case_ops:softmax_two", distribution="normal", dims={"B": 2, "N": 8})
+    assert r.status == "failed" and r.kind == "output_names" and "'lse'" in r.message
+
+
+def test_wrong_output_shape(cfg: Config) -> None:
+    r = run(cfg, "case_ops:softmax_shape", distribution="normal", dims={"B": 2, "N": 8})
+    assert r.status == "failed" and r.kind == "shape_mismatch"
+
+
+def test_invariant_violation_is_reported_with_its_name(cfg: Config) -> None:
+    r = run(cfg, "case_ops:softmax_negative_zeros", dtype="float32", distribution="partial_inf", dims={"B": 4, "N": 40})
+    assert r.comparisons[0].passed  # -1e-9 against 0 is within atol
+    assert r.status == "failed" and r.kind == "invariant"
+    assert r.message.startswith("invariant non_negative violated")
+    assert r.violations[0].count == int(np.sum(r.snapshot["x"] == -np.inf))
+
+
+@pytest.mark.parametrize(
+    ("script", "kind", "words"),
+    [
+        ("refs/raises.py", "reference_error", "reference script raised RuntimeError: reference blew up"),
+        ("refs/exits.py", "reference_exit", "exited with status 3"),
+        ("refs/junk.py", "reference_bad_output", "'loading weights'"),
+        ("refs/silent.py", "reference_bad_output", "printed nothing"),
+    ],
+)
+def test_reference_script_failures(cfg: Config, script: str, kind: str, words: str) -> None:
+    r = run(cfg, "case_ops:softmax", reference=script, distribution="normal", dims={"B": 2, "N": 8})
+    assert r.status == "error" and r.kind == kind and words in r.message
+    assert Path(r.file) == (cfg.root / script)
+    if kind == "reference_error":
+        assert r.line == 4
+    if kind == "reference_exit":
+        assert "bad input" in r.stderr
+
+
+def test_reference_script_runs_warm_and_unchanged(cfg: Config) -> None:
+    ctx = ctx_for(cfg, "softmax", reference="refs/ok.py")
+    results = [run_case(ctx, derive_case(ctx.op, s)) for s in range(12)]
+    assert all(r.passed for r in results), [(r.seed, r.kind, r.message) for r in results if not r.passed]
+
+
+def test_op_script_receives_strides(cfg: Config) -> None:
+    runner = ScriptRunner(cfg.root, "ops/softmax_op.py", "op", strides=True)
+    ctx = ctx_for(cfg, "softmax", op_runner=runner)
+    for layout in ("contiguous", "transposed", "strided"):
+        r = run_case(
+            ctx, spec_for(ctx.op, 0, dtype="float32", layout=layout, distribution="normal", dims={"B": 3, "N": 9})
+        )
+        assert r.passed, (layout, r.message)
+
+
+def test_script_with_syntax_error_names_its_line(cfg: Config, tmp_path: Path) -> None:
+    (cfg.root / "refs" / "broken.py").write_text("import json\n\ndef f(:\n    pass\n")
+    with pytest.raises(CallError) as info:
+        ScriptRunner(cfg.root, "refs/broken.py", "reference")
+    assert info.value.kind == "import" and info.value.line == 3
+
+
+def test_replay_from_a_snapshot_is_byte_for_byte(cfg: Config) -> None:
+    ctx = ctx_for(cfg, "softmax", "case_ops:softmax_buggy")
+    spec = spec_for(ctx.op, 5, dtype="float32", layout="strided", distribution="normal", dims={"B": 3, "N": 33})
+    first = run_case(ctx, spec)
+    again = run_case(ctx, spec, snapshot=first.snapshot)
+    assert again.from_snapshot and not first.from_snapshot
+    assert again.kind == first.kind == "mismatch"
+    assert again.comparisons[0].to_dict() == first.comparisons[0].to_dict()
+    assert again.snapshot["x"].tobytes() == first.snapshot["x"].tobytes()
+
+
+def test_ill_conditioned_matmul_passes_thanks_to_sensitivity(cfg: Config) -> None:
+    ctx = ctx_for(cfg, "matmul")
+    results = [run_case(ctx, derive_case(ctx.op, s)) for s in range(16)]
+    assert all(r.passed for r in results), [(r.seed, r.message) for r in results if not r.passed]
+    widened = [r for r in results if r.comparisons[0].used_sensitivity]
+    assert widened and all(r.comparisons[0].widened > 0 for r in widened)
+
+
+def test_matmul_with_a_real_bug_still_fails(cfg: Config) -> None:
+    ctx = ctx_for(cfg, "matmul", "case_ops:matmul_short_k")
+    results = [run_case(ctx, derive_case(ctx.op, s)) for s in range(8)]
+    failed = [r for r in results if r.status == "failed"]
+    assert failed and all(r.kind == "mismatch" for r in failed)
+    assert all(r.spec.dims["K"] <= 64 for r in results if r.passed)
+
+
+def test_constant_rows_layernorm_widened_where_measured(cfg: Config) -> None:
+    ctx = ctx_for(cfg, "layernorm")
+    r = run_case(ctx, derive_case(ctx.op, 14))
+    c = r.comparisons[0]
+    assert r.passed and c.used_sensitivity and c.widened > 100
+
+
+def test_layernorm_with_a_real_bug_still_fails(cfg: Config) -> None:
+    ctx = ctx_for(cfg, "layernorm", "case_ops:layernorm_buggy")
+    spec = spec_for(ctx.op, 1, distribution="normal", dims={"B": 4, "N": 64})
+    r = run_case(ctx, spec)
+    assert r.status == "failed" and r.kind == "mismatch"
+
+
+def test_ill_conditioned_correct_layernorm_passes(cfg: Config) -> None:
+    ctx = ctx_for(cfg, "layernorm")
+    results = [run_case(ctx, derive_case(ctx.op, s)) for s in range(8)]
+    bad = [(r.seed, r.comparisons[0].mismatches, r.comparisons[0].total) for r in results if not r.passed]
+    assert bad == []
+
+
+VENV_OPS = """
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".venv", "lib", "python3", "site-packages"))
+import tinylib  # noqa: E402
+
+
+def op(x):
+    return tinylib.reshape(x, (3, 3))
+
+
+def ref(x):
+    return x
+"""
+
+
+TINYLIB = "def reshape(x, shape):\n    raise ValueError('cannot reshape')\n"
+
+
+def test_error_inside_a_library_in_a_workspace_venv_points_at_the_op(workspace) -> None:
+    root = workspace(
+        '[[ops]]\nname = "v"\nmodule = "venv_ops:op"\nreference = "venv_ops:ref"\n'
+        '[ops.inputs.x]\nshape = ["N"]\n[ops.dims]\nN = 4\n',
+        {
+            "venv_ops.py": VENV_OPS,
+            ".venv/lib/python3/site-packages/tinylib.py": TINYLIB,
+        },
+    )
+    cfg = load_config(root)
+    op = cfg.op("v")
+    ctx = CaseContext(
+        root,
+        op,
+        cfg.validation,
+        CallableRunner(root, "venv_ops:op", ("x",), Adapter(), "op"),
+        CallableRunner(root, "venv_ops:ref", ("x",), Adapter(), "reference"),
+    )
+    r = run_case(ctx, derive_case(op, 0))
+    assert r.kind == "op_error"
+    assert (Path(r.file).name, r.line) == (
+        "venv_ops.py",
+        VENV_OPS.splitlines().index("    return tinylib.reshape(x, (3, 3))") + 1,
+    )
+
+
+SIBLING_REF = """
+import base64, json, sys
+import numpy as np
+from sibling_helpers import softmax  # refs/sibling_helpers.py, next to this script
+
+t = json.load(sys.stdin)["inputs"]["x"]
+x = np.frombuffer(base64.b64decode(t["data"]), dtype="<f8").reshape(t["shape"])
+y = softmax(x)
+print(json.dumps({"shape": list(y.shape), "dtype": "float64", "data": base64.b64encode(y.tobytes()).decode()}))
+"""
+
+
+def test_reference_script_can_import_its_sibling_module(cfg: Config, tmp_path: Path) -> None:
+    (cfg.root / "refs" / "sibling_helpers.py").write_text(
+        "import numpy as np\n\ndef softmax(x):\n    e = np.exp(x - x.max(axis=-1, keepdims=True))\n"
+        "    return e / e.sum(axis=-1, keepdims=True)\n"
+    )
+    (cfg.root / "refs" / "sibling.py").write_text(SIBLING_REF)
+    # the script runs unchanged with plain `python refs/sibling.py`
+    x = np.arange(6.0).reshape(2, 3)
+    request = wire.encode_request({"x": x}, {})
+    standalone = subprocess.run(
+        [sys.executable, "refs/sibling.py"], input=request, capture_output=True, text=True, cwd=cfg.root, timeout=60
+    )
+    assert standalone.returncode == 0, standalone.stderr
+    r = run(cfg, "case_ops:softmax", reference="refs/sibling.py", distribution="normal", dims={"B": 2, "N": 8})
+    assert r.passed, r.message

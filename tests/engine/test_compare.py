@@ -1,0 +1,223 @@
+"""The oracle: tolerance boundary, NaN/inf rules, statistics, chunking and sensitivity widening."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from gpuemu_ls.engine import dtypes as dt
+from gpuemu_ls.engine.compare import Comparison, compare_output, iter_blocks
+
+F16_MAX = 65504.0
+
+
+def cmp(op, ref, dtype="float32", atol=0.0, rtol=0.0, **kw) -> Comparison:
+    """Compare ``op`` (cast to ``dtype`` unless already an array) with a float64 reference."""
+    o = np.asarray(op, dtype=np.float64).astype(dt.numpy_dtype(dtype)) if not isinstance(op, np.ndarray) else op
+    return compare_output("result", o, np.asarray(ref, dtype=np.float64), dtype, atol, rtol, **kw)
+
+
+def test_pass_exactly_at_the_atol_boundary_fail_one_ulp_beyond() -> None:
+    # allowed = atol + rtol*|ref| + ulp_f32(ref) = 2**-10 + 2**-23 at ref = 1
+    at = np.float32(1 + 2.0**-10 + 2.0**-23)
+    beyond = np.nextafter(at, np.float32(2))
+    assert cmp(np.array([at]), [1.0], atol=2.0**-10).passed
+    c = cmp(np.array([beyond]), [1.0], atol=2.0**-10)
+    assert not c.passed and c.kind == "mismatch" and c.mismatches == 1
+    assert c.worst_allowed == 2.0**-10 + 2.0**-23
+
+
+def test_pass_exactly_at_the_rtol_boundary() -> None:
+    # ref = 2: allowed = 2**-8 * 2 + ulp_f32(2) = 2**-7 + 2**-22
+    at = np.float32(2 + 2.0**-7 + 2.0**-22)
+    assert cmp(np.array([at, -at]), [2.0, -2.0], rtol=2.0**-8).passed
+    beyond = np.nextafter(at, np.float32(3))
+    assert not cmp(np.array([beyond]), [2.0], rtol=2.0**-8).passed
+
+
+def test_the_output_dtype_rounding_is_always_allowed() -> None:
+    ref = np.array([1 / 3, 2 / 3, 1e-3, 12345.678])
+    for name in ("float32", "float16", "bfloat16"):
+        rounded = ref.astype(dt.numpy_dtype(name))
+        assert cmp(rounded, ref, name).passed, name  # zero tolerance: only the final rounding
+
+
+def test_nan_reference_is_matched_only_by_nan() -> None:
+    assert cmp([np.nan, 1.0], [np.nan, 1.0]).passed
+    c = cmp([0.0, 1.0], [np.nan, 1.0], atol=1.0)
+    assert not c.passed and c.kind == "missing_nan" and c.missing_nan == 1
+    c = cmp([np.inf], [np.nan])
+    assert not c.passed and c.kind == "missing_nan"
+
+
+def test_nan_where_the_reference_is_finite() -> None:
+    c = cmp([1.0, np.nan, 3.0], [1.0, 2.0, 3.0], atol=1.0)
+    assert not c.passed and c.kind == "unexpected_nan" and c.unexpected_nan == 1
+    assert c.first_index == (1,) and c.worst_index == (1,)
+
+
+def test_infinite_reference_needs_the_same_infinity() -> None:
+    assert cmp([np.inf, -np.inf], [np.inf, -np.inf]).passed
+    assert not cmp([-np.inf], [np.inf]).passed
+    assert not cmp([F16_MAX], [np.inf], "float16", atol=1e9).passed
+
+
+def test_op_inf_accepted_when_the_reference_rounds_to_inf_in_the_output_dtype() -> None:
+    # fp16 holds at most 65504; a correct fp16 kernel returns inf for 7e4
+    c = cmp(np.array([np.inf, -np.inf], dtype=np.float16), [7e4, -7e4], "float16", 1e-2, 1e-2)
+    assert c.passed and c.unexpected_inf == 0
+    # ... but not where ref + allowed is still below the overflow threshold (65520)
+    c = cmp(np.array([np.inf], dtype=np.float16), [6e4], "float16", 1e-2, 1e-2)
+    assert not c.passed and c.kind == "unexpected_inf"
+
+
+def test_finite_saturation_is_not_the_reference() -> None:
+    c = cmp(np.array([F16_MAX], dtype=np.float16), [1e6], "float16", 1e-2, 1e-2)
+    assert not c.passed and c.kind == "mismatch" and c.max_abs == pytest.approx(1e6 - F16_MAX)
+
+
+def test_check_nan_false_ignores_and_counts() -> None:
+    c = cmp([np.nan, np.nan, 1.0], [1.0, 2.0, 1.0], check_nan=False)
+    assert c.passed and c.nan_ignored == 2 and c.mismatches == 0
+    c = cmp([np.nan, 5.0], [1.0, 1.0], check_nan=False)
+    assert not c.passed and c.mismatches == 1 and c.nan_ignored == 1 and c.kind == "mismatch"
+    c = cmp([1.0], [np.nan], check_nan=False)  # a missing NaN still fails
+    assert not c.passed
+
+
+def test_check_inf_false_ignores_and_counts() -> None:
+    c = cmp([np.inf, -np.inf, 1.0], [1.0, 2.0, 1.0], check_inf=False)
+    assert c.passed and c.inf_ignored == 2
+    c = cmp([np.inf], [1.0], check_inf=True)
+    assert not c.passed and c.kind == "unexpected_inf" and c.unexpected_inf == 1
+
+
+def test_shape_mismatch() -> None:
+    c = compare_output("y", np.zeros((2, 3), np.float32), np.zeros((3, 2)), "float32", 1e-5, 1e-5)
+    assert not c.passed and c.kind == "shape_mismatch" and c.shape == (2, 3)
+    assert "[2, 3]" in c.detail and "[3, 2]" in c.detail and c.summary() == f"y: {c.detail}"
+
+
+def test_statistics_on_a_constructed_example() -> None:
+    ref = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    op = (ref + np.array([[0.0, 0.5, 0.0], [0.0, 0.0, -2.0]])).astype(np.float32)
+    c = compare_output("result", op, ref, "float32", 1e-3, 0.0)
+    assert not c.passed and c.kind == "mismatch"
+    assert (c.total, c.mismatches) == (6, 2)
+    assert c.max_abs == 2.0 and c.max_rel == pytest.approx(2.0 / 6.0)
+    assert c.max_ulp == 2.0 / 2.0**-21  # ulp_f32(6) = 2**-21
+    assert c.worst_index == (1, 2) and c.first_index == (0, 1)
+    assert (c.worst_op, c.worst_ref) == (4.0, 6.0)
+    assert c.worst_allowed == 1e-3 + 2.0**-21
+    assert c.max_ratio == pytest.approx(2.0 / (1e-3 + 2.0**-21))
+    assert c.axis_counts == [[1, 1], [0, 1, 1]]
+    report = c.report()
+    assert "Mismatched elements: 2 / 6" in report and "Worst at [1, 2]" in report
+    assert "First mismatch at [0, 1]" in report
+    assert "2/6 elements off" in c.summary()
+
+
+def test_passing_comparison_reports_its_closest_call() -> None:
+    ref = np.array([1.0, 2.0, 4.0])
+    op = np.array([1.0, 2.0 + 2.0**-20, 4.0], dtype=np.float32)
+    c = compare_output("result", op, ref, "float32", 1e-5, 0.0)
+    assert c.passed and c.kind is None and c.worst_index == (1,) and 0 < c.max_ratio < 1
+    assert c.axis_counts is None and c.mask is None
+
+
+def _example(shape: tuple[int, ...], seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    ref = rng.standard_normal(shape)
+    op = ref.astype(np.float32)
+    flat = op.reshape(-1)
+    bad = rng.choice(flat.size, size=max(1, flat.size // 17), replace=False)
+    flat[bad] += rng.standard_normal(bad.size).astype(np.float32)
+    flat[bad[:2]] = np.nan
+    return op, ref
+
+
+@pytest.mark.parametrize("shape", [(1000,), (37, 29), (5, 7, 11), (1, 1000), (3, 1, 250)])
+def test_chunking_gives_identical_results(shape: tuple[int, ...]) -> None:
+    op, ref = _example(shape)
+    results = [
+        compare_output("r", op, ref, "float32", 1e-5, 1e-5, chunk=chunk, keep_mask=True) for chunk in (7, 100, 1 << 20)
+    ]
+    dicts = [json.dumps(r.to_dict(), sort_keys=True) for r in results]  # NaN-safe equality
+    assert dicts[0] == dicts[1] == dicts[2]
+    assert results[0].worst_index is not None and np.isnan(results[0].worst_op)
+    assert all(np.array_equal(r.mask, results[0].mask) for r in results)
+    assert results[0].mismatches == int(results[0].mask.sum()) > 0
+    assert [sum(a) for a in results[0].axis_counts] == [results[0].mismatches] * len(shape)
+
+
+def test_iter_blocks_cover_each_element_once() -> None:
+    for shape, chunk in (((5, 7, 11), 7), ((1, 1000), 100), ((0, 4), 3), ((), 5), ((10,), 3)):
+        seen = np.zeros(shape, dtype=int)
+        for idx in iter_blocks(shape, chunk):
+            seen[idx] += 1
+            assert seen[idx].size <= max(chunk, shape[-1] if shape else 1)
+        assert np.all(seen == 1)
+
+
+def test_sensitivity_widens_ill_conditioned_elements_only() -> None:
+    # element 0 is a cancellation: ref 1e-8, a correct float32 kernel gets 1e-5 (the rounding of big terms)
+    ref = np.array([1e-8, 1.0, 2.0])
+    op = np.array([1e-5, 1.0, 2.0], dtype=np.float32)
+    sens = np.array([1e-5, 1e-9, 1e-9])
+    calls = []
+
+    def sensitivity() -> np.ndarray:
+        calls.append(1)
+        return sens
+
+    plain = compare_output("r", op, ref, "float32", 1e-7, 1e-6)
+    assert not plain.passed
+    c = compare_output("r", op, ref, "float32", 1e-7, 1e-6, sensitivity=sensitivity, eps=1e-6)
+    assert c.passed and c.used_sensitivity and c.widened == 1 and calls == [1]
+    gross = np.array([1e-5, 1.5, 2.0], dtype=np.float32)  # a real error elsewhere still fails
+    c = compare_output("r", gross, ref, "float32", 1e-7, 1e-6, sensitivity=sensitivity, eps=1e-6)
+    assert not c.passed and c.mismatches == 1 and c.first_index == (1,)
+    way_off = np.array([1.0, 1.0, 2.0], dtype=np.float32)  # far beyond the measured conditioning
+    assert not compare_output("r", way_off, ref, "float32", 1e-7, 1e-6, sensitivity=sensitivity, eps=1e-6).passed
+
+
+def test_sensitivity_is_only_measured_when_the_plain_bound_fails() -> None:
+    calls = []
+    ref = np.array([1.0, 2.0])
+    c = compare_output(
+        "r", ref.astype(np.float32), ref, "float32", 1e-5, 1e-5, sensitivity=lambda: calls.append(1) or np.zeros(2)
+    )
+    assert c.passed and calls == [] and not c.used_sensitivity
+
+
+def test_unstable_reference_is_inconclusive_not_failed() -> None:
+    ref = np.array([1.0, 3.0])
+    op = np.array([1.0, 7.0], dtype=np.float32)
+    c = compare_output("r", op, ref, "float32", 1e-6, 1e-6, sensitivity=lambda: np.array([0.0, np.inf]), eps=1e-6)
+    assert c.passed and c.inconclusive == 1 and c.mismatches == 0
+    assert "inconclusive" in c.report()
+
+
+def test_axis_counts_and_ratio_for_a_constant_factor() -> None:
+    rng = np.random.default_rng(1)
+    ref = rng.standard_normal((6, 40)) + 3.0
+    op = (ref * 0.125).astype(np.float32)
+    c = compare_output("r", op, ref, "float32", 1e-5, 1e-5)
+    assert not c.passed and c.mismatches == 240
+    assert c.axis_counts == [[40] * 6, [6] * 40]
+    assert c.ratio is not None and c.ratio["median"] == pytest.approx(0.125, rel=1e-6)
+    assert c.ratio["p10"] == pytest.approx(0.125, rel=1e-6) and c.ratio["samples"] == 240
+
+
+def test_integer_outputs_compare_exactly_by_default() -> None:
+    ref = np.array([1, 2, 3], dtype=np.int64)
+    assert compare_output("r", ref.copy(), ref, "int64", 0.0, 0.0).passed
+    c = compare_output("r", np.array([1, 2, 4], dtype=np.int64), ref, "int64", 0.0, 0.0)
+    assert not c.passed and c.mismatches == 1 and c.worst_index == (2,)
+
+
+def test_zero_size_outputs_pass() -> None:
+    c = compare_output("r", np.zeros((0, 3), np.float32), np.zeros((0, 3)), "float32", 1e-5, 1e-5)
+    assert c.passed and c.total == 0

@@ -1,0 +1,369 @@
+"""Diagnosis lines from real runs of small buggy ops (in process) and from constructed case sets."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from gpuemu_ls.engine.case import CaseContext, CaseResult, run_case
+from gpuemu_ls.engine.config import Config, OpConfig, load_config
+from gpuemu_ls.engine.diagnose import diagnose_cases, find_condition
+from gpuemu_ls.engine.frameworks import Adapter
+from gpuemu_ls.engine.plan import CaseSpec, derive_case, shape_of
+from gpuemu_ls.engine.runners import CallableRunner
+
+TOML = """
+[validation]
+dtypes = ["float32"]
+
+[[ops]]
+name = "rows"
+module = "diag_ops:scale_tail"
+reference = "diag_ops:scale_ref"
+layouts = ["contiguous"]
+distributions = ["normal"]
+[ops.inputs.x]
+shape = ["B", "N"]
+[ops.dims]
+B = 3
+N = { min = 1, max = 1024, default = 128 }
+
+[[ops]]
+name = "softmax"
+module = "diag_ops:softmax_pad_zero"
+reference = "diag_ops:softmax_ref"
+layouts = ["contiguous"]
+distributions = ["normal"]
+[ops.inputs.x]
+shape = ["B", "N"]
+[ops.dims]
+B = 3
+N = { min = 1, max = 1024, default = 128 }
+
+[[ops]]
+name = "layout"
+module = "diag_ops:ignores_strides"
+reference = "diag_ops:scale_ref"
+distributions = ["normal"]
+[ops.inputs.x]
+shape = ["B", "N"]
+[ops.dims]
+B = { min = 2, max = 8, default = 4 }
+N = { min = 2, max = 64, default = 16 }
+
+[[ops]]
+name = "matmul"
+module = "diag_ops:matmul_overwrite"
+reference = "diag_ops:matmul_ref"
+layouts = ["contiguous"]
+distributions = ["normal"]
+[ops.inputs.a]
+shape = ["M", "K"]
+[ops.inputs.b]
+shape = ["K", "N"]
+[ops.dims]
+M = 4
+N = 5
+K = [1, 16, 32, 33, 64, 100]
+
+[[ops]]
+name = "attention"
+module = "diag_ops:scores_no_scale"
+reference = "diag_ops:scores_ref"
+layouts = ["contiguous"]
+distributions = ["uniform"]
+[ops.inputs.q]
+shape = ["M", "D"]
+[ops.inputs.k]
+shape = ["N", "D"]
+[ops.dims]
+M = 6
+N = 7
+D = [16, 64, 4, 256]
+
+[[ops]]
+name = "masked"
+module = "diag_ops:softmax_plain"
+reference = "diag_ops:masked_softmax_ref"
+layouts = ["contiguous"]
+distributions = ["masked_rows", "normal"]
+[ops.inputs.x]
+shape = ["B", "N"]
+[ops.dims]
+B = { min = 4, max = 8, default = 6 }
+N = { min = 2, max = 64, default = 16 }
+"""
+
+OPS = """
+import numpy as np
+
+
+def scale_ref(x):
+    return 2.0 * x
+
+
+def scale_tail(x):
+    y = (2 * np.asarray(x, dtype=np.float32)).astype(x.dtype)
+    n = x.shape[-1]
+    if n % 128:
+        y[..., (n // 128) * 128:] *= 3  # the partial last tile is wrong
+    return y
+
+
+def scale_size_one(x):
+    y = (2 * np.asarray(x, dtype=np.float32)).astype(x.dtype)
+    return y if x.shape[-1] != 1 else y * 0.5
+
+
+def scale_eighth(x):
+    return (0.25 * np.asarray(x, dtype=np.float32)).astype(x.dtype)
+
+
+def softmax_ref(x):
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def softmax_pad_zero(x):
+    xf = np.asarray(x, dtype=np.float32)
+    n = xf.shape[-1]
+    pad = (-n) % 128  # the last tile is padded with 0.0, not -inf, and the padding is summed
+    m = xf.max(axis=-1, keepdims=True)
+    m = np.maximum(m, 0) if pad else m
+    e = np.exp(xf - m)
+    s = e.sum(axis=-1, keepdims=True) + pad * np.exp(-m)
+    return (e / s).astype(x.dtype)
+
+
+def ignores_strides(x):
+    # reads the buffer as if it were C-contiguous
+    flat = np.lib.stride_tricks.as_strided(x, shape=(x.size,), strides=(x.itemsize,))
+    return (2 * flat.reshape(x.shape).astype(np.float32)).astype(x.dtype)
+
+
+def ignores_gaps(x):
+    if x.flags.c_contiguous or x.flags.f_contiguous:
+        return (2 * np.asarray(x, dtype=np.float32)).astype(x.dtype)
+    return ignores_strides(x)
+
+
+def matmul_ref(a, b):
+    return a @ b
+
+
+def matmul_overwrite(a, b):
+    a32, b32 = np.asarray(a, dtype=np.float32), np.asarray(b, dtype=np.float32)
+    acc = np.zeros((a.shape[0], b.shape[1]), dtype=np.float32)
+    for k0 in range(0, a.shape[1], 32):
+        acc = a32[:, k0:k0 + 32] @ b32[k0:k0 + 32]  # should be +=
+    return acc.astype(a.dtype)
+
+
+def scores_ref(q, k):
+    return q @ k.T / np.sqrt(q.shape[-1])
+
+
+def scores_no_scale(q, k):
+    return (np.asarray(q, dtype=np.float32) @ np.asarray(k, dtype=np.float32).T).astype(q.dtype)
+
+
+def softmax_plain(x):
+    xf = np.asarray(x, dtype=np.float32)
+    with np.errstate(invalid="ignore"):
+        e = np.exp(xf - xf.max(axis=-1, keepdims=True))
+        return (e / e.sum(axis=-1, keepdims=True)).astype(x.dtype)
+
+
+def masked_softmax_ref(x):
+    out = np.zeros_like(x)
+    live = ~np.all(np.isneginf(x), axis=-1)
+    xl = x[live]
+    e = np.exp(xl - xl.max(axis=-1, keepdims=True))
+    out[live] = e / e.sum(axis=-1, keepdims=True)
+    return out
+"""
+
+
+@pytest.fixture(scope="module")
+def cfg(tmp_path_factory: pytest.TempPathFactory, write_tree) -> Config:
+    root = write_tree(tmp_path_factory.mktemp("diagnose"), {"gpuemu.toml": TOML, "diag_ops.py": OPS})
+    return load_config(root, user_config=root / "none.toml")
+
+
+def spec_for(op: OpConfig, seed: int, **changes: object) -> CaseSpec:
+    spec = derive_case(op, seed)
+    dims = dict(spec.dims, **changes.pop("dims", {}))  # type: ignore[arg-type]
+    dist = changes.get("distribution", spec.distribution)
+    return dataclasses.replace(
+        spec,
+        dims=dims,
+        shapes={i.name: shape_of(i.shape, dims) for i in op.inputs},
+        input_distributions={i.name: dist for i in op.inputs},
+        **changes,
+    )
+
+
+def run_all(cfg: Config, op_name: str, specs: list[CaseSpec], module: str | None = None) -> list[CaseResult]:
+    op = cfg.op(op_name)
+    ctx = CaseContext(
+        cfg.root,
+        op,
+        cfg.validation,
+        CallableRunner(cfg.root, module or op.module, op.input_names, Adapter(), "op"),
+        CallableRunner(cfg.root, op.reference, op.input_names, Adapter(), "reference"),
+    )
+    return [run_case(ctx, s) for s in specs]
+
+
+def sweep(
+    cfg: Config, op_name: str, dim: str, values: list[int], module: str | None = None
+) -> tuple[list[CaseResult], str]:
+    op = cfg.op(op_name)
+    cases = run_all(cfg, op_name, [spec_for(op, i, dims={dim: v}) for i, v in enumerate(values)], module)
+    return cases, diagnose_cases(cases, op)
+
+
+def test_tail_tile_bug(cfg: Config) -> None:
+    cases, text = sweep(cfg, "rows", "N", [128, 256, 384, 192, 320, 200, 129])
+    assert [c.status for c in cases] == ["passed"] * 3 + ["failed"] * 4
+    assert text.startswith("fails iff N % 128 != 0 (4/4 failing, 0/3 passing)")  # the smallest separating block
+    assert "errors only in N >= the last multiple of 128" in text and "missing tail mask" in text
+    assert "(e.g. N=320: indices >= 256" in text
+
+
+def test_padding_read_into_a_reduction_spreads_over_the_whole_row(cfg: Config) -> None:
+    cases, text = sweep(cfg, "softmax", "N", [128, 256, 384, 192, 320, 200, 129])
+    assert [c.status for c in cases] == ["passed"] * 3 + ["failed"] * 4
+    assert text.startswith("fails iff N % 128 != 0")
+    assert "errors across the whole N axis whenever its last block is partial" in text
+    assert "errors only in N >=" not in text
+
+
+def test_layout_bug(cfg: Config) -> None:
+    op = cfg.op("layout")
+    specs = [
+        spec_for(op, s, layout=lay, dims={"B": b, "N": n})
+        for s, (lay, b, n) in enumerate(
+            [
+                ("contiguous", 4, 16),
+                ("transposed", 4, 16),
+                ("strided", 3, 5),
+                ("contiguous", 2, 7),
+                ("strided", 8, 64),
+                ("transposed", 2, 3),
+            ]
+        )
+    ]
+    cases = run_all(cfg, "layout", specs)
+    text = diagnose_cases(cases, op)
+    assert text.startswith("fails iff layout != contiguous (4/4 failing, 0/2 passing)")
+    assert "strides ignored" in text
+    only_gaps = run_all(cfg, "layout", specs, "diag_ops:ignores_gaps")
+    assert diagnose_cases(only_gaps, op).startswith("fails iff layout == strided (2/2 failing, 0/4 passing)")
+
+
+def test_threshold_bug(cfg: Config) -> None:
+    cases, text = sweep(cfg, "matmul", "K", [1, 16, 32, 33, 64, 100])
+    assert [c.status for c in cases] == ["passed"] * 3 + ["failed"] * 3
+    assert text.startswith("fails iff K > 32 (3/3 failing, 0/3 passing)")
+    assert "accumulator overwritten" in text
+
+
+def test_size_one_bug(cfg: Config) -> None:
+    cases, text = sweep(cfg, "rows", "N", [1, 2, 3, 7, 16, 128], module="diag_ops:scale_size_one")
+    assert [c.status for c in cases] == ["failed"] + ["passed"] * 5
+    assert text.startswith("fails iff N == 1 (1/1 failing, 0/5 passing)") and "edge size" in text
+
+
+def test_missing_constant_factor(cfg: Config) -> None:
+    cases, text = sweep(cfg, "rows", "N", [64, 100, 128, 300], module="diag_ops:scale_eighth")
+    assert all(c.status == "failed" for c in cases)
+    assert text.startswith("fails on every case (4/4)")
+    assert "op/ref is 0.125 everywhere" in text and "missing or wrong scale" in text
+
+
+def test_missing_one_over_sqrt_d_is_named(cfg: Config) -> None:
+    cases, text = sweep(cfg, "attention", "D", [16, 64, 4, 256])
+    assert all(c.status == "failed" for c in cases)
+    assert text.startswith("fails on every case (4/4)")
+    assert "op/ref is a constant per case" in text and "op/ref = sqrt(D) in every case" in text
+
+
+def test_nan_in_fully_masked_rows(cfg: Config) -> None:
+    op = cfg.op("masked")
+    specs = [
+        spec_for(op, s, distribution=d)
+        for s, d in enumerate(["masked_rows", "normal", "masked_rows", "normal", "masked_rows"])
+    ]
+    cases = run_all(cfg, "masked", specs)
+    assert [c.status for c in cases] == ["failed", "passed", "failed", "passed", "failed"]
+    assert all(c.kind == "unexpected_nan" for c in cases if c.status == "failed")
+    text = diagnose_cases(cases, op)
+    assert text.startswith("fails iff distribution == masked_rows")
+    assert "errors only in rows that are entirely -inf" in text and "0/0" in text
+
+
+def constructed(op: str, rows: list[tuple[int, str]], **common: object) -> list[CaseResult]:
+    out = []
+    for i, (n, status) in enumerate(rows):
+        spec = CaseSpec(op, i, "random", "float32", "contiguous", "normal", {"B": 4, "N": n}, {"x": (4, n)})
+        out.append(CaseResult(op, i, spec, status, "mismatch" if status == "failed" else None, **common))
+    return out
+
+
+def test_random_noise_gives_no_condition_rather_than_a_guess(cfg: Config) -> None:
+    cases = constructed(
+        "rows", [(10, "failed"), (10, "passed"), (20, "passed"), (20, "failed"), (30, "failed"), (30, "passed")]
+    )
+    text = diagnose_cases(cases, cfg.op("rows"))
+    assert text == "no simple condition found (3/6 cases failing)"
+
+
+def test_necessary_but_not_sufficient_condition(cfg: Config) -> None:
+    cases = constructed(
+        "rows",
+        [
+            (200, "failed"),
+            (300, "failed"),
+            (128, "passed"),
+            (256, "passed"),
+            (384, "passed"),
+            (200, "passed"),
+            (512, "passed"),
+            (1024, "passed"),
+        ],
+    )
+    text = diagnose_cases(cases, cfg.op("rows"))
+    assert text.startswith(
+        "fails only if N % 16 != 0 (2/2 failing; 1/6 passing cases also satisfy it, the bug hides on some inputs)"
+    )
+
+
+def test_everything_passing_has_no_diagnosis(cfg: Config) -> None:
+    cases, text = sweep(cfg, "rows", "N", [128, 256])
+    assert all(c.passed for c in cases) and text == ""
+
+
+def test_errors_say_what_happened(cfg: Config) -> None:
+    cases = constructed("rows", [(5, "error"), (7, "error"), (8, "passed")])
+    for c in cases[:2]:
+        c.kind, c.message, c.file, c.line = "op_crash", "the op crashed: SIGSEGV", "/ws/ops.py", 12
+    text = diagnose_cases(cases, cfg.op("rows"))
+    assert text.startswith("errors iff N % 2 != 0 (2/2 erroring, 0/1 passing)")
+    assert "op_crash (2/2): the op crashed: SIGSEGV at /ws/ops.py:12" in text
+
+
+def test_find_condition_prefers_the_simplest_predicate(cfg: Config) -> None:
+    cases = constructed("rows", [(1, "failed"), (2, "passed"), (3, "passed")])
+    cond = find_condition([c for c in cases if c.status == "failed"], [c for c in cases if c.passed])
+    assert cond is not None and cond.text == "N == 1" and cond.kind == "equal"
+
+
+def test_sqrt_d_hint_survives_a_tiny_failing_case(cfg: Config) -> None:
+    op = cfg.op("attention")
+    specs = [spec_for(op, 0, dims={"D": 16, "M": 1, "N": 2})]  # 2 output elements: too few ratio samples
+    specs += [spec_for(op, i, dims={"D": d}) for i, d in enumerate([64, 4, 256], 1)]
+    cases = run_all(cfg, "attention", specs)
+    assert all(c.status == "failed" for c in cases)
+    assert "op/ref = sqrt(D) in every case" in diagnose_cases(cases, op)

@@ -1,0 +1,261 @@
+"""Which case a seed means: golden derivations, window coverage, boundary sizes, budgets and filters."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuemu_ls.engine.config import DimSpec, OpConfig, load_config
+from gpuemu_ls.engine.plan import (
+    QUICK_STRATEGIES,
+    STRATEGY_WINDOW,
+    CaseSpec,
+    boundary_values,
+    derive_case,
+    derive_dims,
+    iter_seeds,
+    mode_filter,
+    regular_values,
+)
+
+GOLDEN_TOML = """
+[validation]
+dtypes = ["float32", "float16", "bfloat16"]
+
+[[ops]]
+name = "golden"
+module = "ops:op"
+reference = "ops:ref"
+
+[ops.inputs.x]
+shape = ["B", "N"]
+
+[ops.inputs.w]
+shape = ["N", "D"]
+
+[ops.dims]
+B = { min = 1, max = 64, default = 8 }
+N = { min = 1, max = 4096, default = 1024 }
+D = [16, 32, 64]
+"""
+OPS_PY = "def op(x, w):\n    return x\n\ndef ref(x, w):\n    return x\n"
+
+# derive_case(golden, seed) for seeds 0..15, computed once and pasted: a change breaks every replay by seed.
+GOLDEN = [
+    (0, "default", "float16", "contiguous", "masked_rows", {"B": 8, "D": 16, "N": 1024}),
+    (1, "random", "float32", "transposed", "large", {"B": 60, "D": 64, "N": 1899}),
+    (2, "boundary", "bfloat16", "strided", "special", {"B": 3, "D": 16, "N": 4096}),
+    (3, "random", "float32", "strided", "normal", {"B": 10, "D": 32, "N": 1082}),
+    (4, "regular", "float16", "transposed", "uniform", {"B": 32, "D": 32, "N": 2}),
+    (5, "boundary", "bfloat16", "contiguous", "constant_rows", {"B": 5, "D": 64, "N": 4095}),
+    (6, "boundary", "float16", "contiguous", "boundary", {"B": 9, "D": 16, "N": 4}),
+    (7, "regular", "bfloat16", "transposed", "partial_inf", {"B": 32, "D": 16, "N": 2048}),
+    (8, "boundary", "float32", "strided", "masked_rows", {"B": 17, "D": 16, "N": 4095}),
+    (9, "default", "bfloat16", "transposed", "normal", {"B": 8, "D": 16, "N": 1024}),
+    (10, "random", "float32", "contiguous", "constant_rows", {"B": 49, "D": 32, "N": 3676}),
+    (11, "boundary", "float16", "strided", "boundary", {"B": 32, "D": 64, "N": 7}),
+    (12, "regular", "float16", "transposed", "uniform", {"B": 64, "D": 16, "N": 256}),
+    (13, "boundary", "bfloat16", "strided", "special", {"B": 8, "D": 16, "N": 8}),
+    (14, "random", "float32", "contiguous", "large", {"B": 55, "D": 64, "N": 1012}),
+    (15, "regular", "bfloat16", "strided", "partial_inf", {"B": 1, "D": 32, "N": 32}),
+]
+
+
+@pytest.fixture(scope="module")
+def golden_op(tmp_path_factory: pytest.TempPathFactory) -> OpConfig:
+    root = tmp_path_factory.mktemp("plan-golden")
+    (root / "gpuemu.toml").write_text(GOLDEN_TOML)
+    (root / "ops.py").write_text(OPS_PY)
+    return load_config(root, user_config=root / "none.toml").op("golden")
+
+
+@pytest.mark.parametrize(("seed", "strategy", "dtype", "layout", "dist", "dims"), GOLDEN)
+def test_golden_derive_case(golden_op: OpConfig, seed, strategy, dtype, layout, dist, dims) -> None:
+    spec = derive_case(golden_op, seed)
+    assert (spec.op, spec.seed, spec.strategy, spec.dtype, spec.layout, spec.distribution) == (
+        "golden",
+        seed,
+        strategy,
+        dtype,
+        layout,
+        dist,
+    )
+    assert spec.dims == dims
+    assert spec.shapes == {"x": (dims["B"], dims["N"]), "w": (dims["N"], dims["D"])}
+    assert spec.input_distributions == {"x": dist, "w": dist}
+
+
+def test_case_spec_round_trips_through_a_dict(golden_op: OpConfig) -> None:
+    spec = derive_case(golden_op, 5)
+    assert CaseSpec.from_dict(spec.to_dict()) == spec
+    assert spec.shape_text() == "x=[5, 4095] w=[4095, 64]"
+
+
+@pytest.mark.parametrize(
+    ("axis", "options"),
+    [
+        ("strategy", tuple(sorted(set(STRATEGY_WINDOW)))),
+        ("dtype", ("float32", "float16", "bfloat16")),
+        ("layout", ("contiguous", "transposed", "strided")),
+        (
+            "distribution",
+            ("normal", "uniform", "boundary", "large", "constant_rows", "masked_rows", "partial_inf", "special"),
+        ),
+    ],
+)
+def test_every_window_of_n_seeds_covers_each_option_once(golden_op: OpConfig, axis: str, options) -> None:
+    field = "distribution" if axis == "distribution" else axis
+    n = len(STRATEGY_WINDOW) if axis == "strategy" else len(options)
+    for window in range(12):
+        seeds = range(window * n, (window + 1) * n)
+        got = [getattr(derive_case(golden_op, s), field) for s in seeds]
+        if axis == "strategy":  # the strategy window repeats boundary, regular and random by design
+            assert sorted(got) == sorted(STRATEGY_WINDOW)
+        else:
+            assert sorted(got) == sorted(options), (window, got)
+
+
+def test_windows_are_shuffled_not_repeated(golden_op: OpConfig) -> None:
+    orders = {tuple(derive_case(golden_op, s).distribution for s in range(w * 8, w * 8 + 8)) for w in range(6)}
+    assert len(orders) > 1
+
+
+def test_boundary_values_of_a_range() -> None:
+    vals = boundary_values(DimSpec("N", 1, 300, 64))
+    assert vals == sorted(set(vals))
+    for v in (1, 2, 3, 5, 7, 11, 13, 17, 31, 61, 127, 300):
+        assert v in vals
+    for k in range(2, 9):  # 2**k - 1, 2**k, 2**k + 1 inside [1, 300]
+        assert {(1 << k) - 1, 1 << k, (1 << k) + 1} <= set(vals)
+    assert 511 not in vals and 512 not in vals and all(1 <= v <= 300 for v in vals)
+
+
+def test_boundary_values_respect_min() -> None:
+    vals = boundary_values(DimSpec("K", 20, 70, 32))
+    assert vals == [20, 31, 32, 33, 61, 63, 64, 65, 70]
+    assert boundary_values(DimSpec("Z", 0, 3, 1)) == [0, 1, 2, 3]
+
+
+def test_boundary_and_regular_values_of_candidates() -> None:
+    d = DimSpec("D", 16, 128, 64, (64, 16, 128, 32))
+    assert boundary_values(d) == [16, 32, 64, 128]  # first, last, min and max of the list
+    assert regular_values(d) == [64, 16, 128, 32]
+    assert regular_values(DimSpec("N", 3, 40, 5)) == [4, 8, 16, 32]
+    assert regular_values(DimSpec("N", 5, 7, 6)) == [6]  # no power of two in range: the default
+
+
+def test_candidate_dims_only_take_listed_values(golden_op: OpConfig) -> None:
+    seen = {derive_case(golden_op, s).dims["D"] for s in range(200)}
+    assert seen == {16, 32, 64}
+
+
+def test_range_dims_stay_in_range_and_strategies_differ(golden_op: OpConfig) -> None:
+    by_strategy: dict[str, set[int]] = {}
+    for s in range(200):
+        spec = derive_case(golden_op, s)
+        assert 1 <= spec.dims["B"] <= 64 and 1 <= spec.dims["N"] <= 4096
+        by_strategy.setdefault(spec.strategy, set()).add(spec.dims["N"])
+    assert by_strategy["default"] == {1024}
+    assert all(v & (v - 1) == 0 for v in by_strategy["regular"])  # powers of two
+    assert by_strategy["boundary"] <= set(boundary_values(golden_op.dims["N"])) | {1024}
+    assert len(by_strategy["random"]) > 10
+
+
+def _budget_op(tmp_path) -> OpConfig:
+    text = """
+[[ops]]
+name = "big"
+module = "ops:op"
+reference = "ops:ref"
+[ops.inputs.x]
+shape = ["M", "K"]
+[ops.inputs.w]
+shape = ["K", "D"]
+[ops.dims]
+M = { min = 1, max = 1048576, default = 1048576 }
+K = { min = 3, max = 1048576, default = 65536 }
+D = [1024, 2048]
+"""
+    (tmp_path / "gpuemu.toml").write_text(text)
+    (tmp_path / "ops.py").write_text(OPS_PY)
+    return load_config(tmp_path).op("big")
+
+
+def test_element_budget_halves_the_largest_dims(tmp_path) -> None:
+    op = _budget_op(tmp_path)
+    dims = derive_dims(op, 0, "default", max_elements=10_000)
+    assert dims["D"] == 1024  # candidate dims are never shrunk
+    assert dims["M"] * dims["K"] <= 10_000 and dims["K"] * dims["D"] <= 10_000
+    assert dims["K"] >= 3 and dims["M"] >= 1
+    assert dims == derive_dims(op, 0, "default", max_elements=10_000)  # deterministic
+    spec = derive_case(op, 0, max_elements=10_000)
+    assert spec.shapes == {"x": (dims["M"], dims["K"]), "w": (dims["K"], 1024)}
+    roomy = derive_dims(op, 0, "default", max_elements=1 << 62)
+    assert roomy == {"D": 1024, "K": 65536, "M": 1048576}
+
+
+def test_element_budget_stops_at_a_dims_minimum(tmp_path) -> None:
+    op = _budget_op(tmp_path)
+    dims = derive_dims(op, 0, "default", max_elements=100)
+    assert dims["K"] == 3 and dims["D"] == 1024  # w = K x D cannot fit: it stops instead of spinning
+
+
+def test_element_budget_only_shrinks_dims_of_the_oversized_input(tmp_path) -> None:
+    op = _budget_op(tmp_path)
+    dims = derive_dims(op, 0, "default", max_elements=10_000)
+    # w = K x 1024 forces K <= 9; x = M x K then fits with M >= 1024, so M need not fall to K's size
+    assert dims["M"] >= 512
+
+
+def test_quick_filter_only_yields_allowed_cases_and_pinned_seeds_come_first(tmp_path) -> None:
+    text = GOLDEN_TOML.replace('reference = "ops:ref"', 'reference = "ops:ref"\nseeds = [2, 7]')
+    (tmp_path / "gpuemu.toml").write_text(text)
+    (tmp_path / "ops.py").write_text(OPS_PY)
+    op = load_config(tmp_path).op("golden")
+    accept = mode_filter(op, dtypes=("float32",), strategies=QUICK_STRATEGIES)
+    specs = list(iter_seeds(op, 0, 10, accept=accept))
+    assert [s.seed for s in specs[:2]] == [2, 7]  # pinned first, never filtered (seed 2 is bfloat16)
+    rest = specs[2:]
+    assert len(rest) == 10
+    assert all(s.dtype == "float32" and s.strategy in QUICK_STRATEGIES for s in rest)
+    assert [s.seed for s in rest] == sorted(s.seed for s in rest) and not {2, 7} & {s.seed for s in rest}
+    # a dtype the op does not list falls back to its first dtype
+    fallback = mode_filter(op, dtypes=("float64",))
+    assert all(s.dtype == "float32" for s in iter_seeds(op, 0, 5, accept=fallback) if s.seed not in (2, 7))
+
+
+def test_a_filter_nothing_satisfies_ends(golden_op: OpConfig) -> None:
+    never = list(iter_seeds(golden_op, 0, 3, accept=lambda s: False))
+    assert never == []
+
+
+def test_iter_seeds_from_a_base_seed(golden_op: OpConfig) -> None:
+    assert [s.seed for s in iter_seeds(golden_op, 100, 4)] == [100, 101, 102, 103]
+    assert list(iter_seeds(golden_op, 3, 2)) == [derive_case(golden_op, 3), derive_case(golden_op, 4)]
+
+
+def test_fixed_and_range_input_distribution(tmp_path) -> None:
+    text = """
+[[ops]]
+name = "xent"
+module = "ops:op"
+reference = "ops:ref"
+[ops.inputs.x]
+shape = ["B", "C"]
+distributions = ["normal", "uniform"]
+[ops.inputs.t]
+shape = ["B"]
+dtype = "int64"
+range = [0, "C"]
+[ops.dims]
+B = { min = 1, max = 8, default = 4 }
+C = { min = 2, max = 16, default = 10 }
+"""
+    (tmp_path / "gpuemu.toml").write_text(text)
+    (tmp_path / "ops.py").write_text("def op(x, t):\n    return x\n\ndef ref(x, t):\n    return x\n")
+    op = load_config(tmp_path).op("xent")
+    for s in range(24):
+        spec = derive_case(op, s)
+        assert spec.input_distributions["t"] == "range"
+        assert spec.input_distributions["x"] in ("normal", "uniform")
+        if spec.distribution in ("normal", "uniform"):
+            assert spec.input_distributions["x"] == spec.distribution

@@ -1,0 +1,173 @@
+"""Deterministic random streams: golden vectors pin the exact bits every machine must produce."""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+import numpy as np
+import pytest
+
+from gpuemu_ls.engine.rng import Stream, det_log, inv_normal_cdf, splitmix64, stream_key
+
+# (key parts, stream key, first 4 words, next 3 uniforms as float.hex, next 4 normals, next 6 integers in
+# [-5, 100), then a permutation of 6): computed once and pasted. A change here breaks every stored replay.
+GOLDEN = [
+    (
+        ("values", "softmax", 0, "x"),
+        0x8637D054C02FE536,
+        [0xEEA1904977DF5D32, 0xFF21F963B90BF208, 0xAAFD15F563FD2496, 0xCE0DD62F3BF5AE33],
+        ["0x1.a5d27534cfd5ep-2", "0x1.a0213ebb03aaap-2", "0x1.29d6e3baf94fcp-3"],
+        [1.169552666393924, -0.3465306977055663, -1.2903332329976702, -0.15967487909106112],
+        [60, 39, 49, 39, 43, 85],
+        [2, 0, 4, 1, 3, 5],
+    ),
+    (
+        ("dims", "matmul", 7),
+        0x39D45EDB75F533A7,
+        [0x5F2D0C16DBB3A9E6, 0xACF08356B663F0F2, 0x45BA6C6EA8E8363E, 0x42E1118DA705CF5C],
+        ["0x1.e8589b78e1361p-1", "0x1.393018637da4bp-1", "0x1.ec266200f6cd5p-1"],
+        [1.0252566135396342, -1.5886041797620312, 0.7444221361997053, 0.9619296741879765],
+        [26, 69, 68, 25, 44, 59],
+        [3, 5, 2, 1, 4, 0],
+    ),
+    (
+        (0,),
+        0xEB7035C9244C9B66,
+        [0x6CDB8BF25CE02A1D, 0x473857510894A306, 0x11EDB788A49FCB57, 0xD57DD62EE816476D],
+        ["0x1.c52021e8b683dp-1", "0x1.eae3010dfbd75p-1", "0x1.1b97ed9d6a2a0p-6"],
+        [2.0541533490841415, -0.5235326491834899, 0.4392087587052897, 0.2634675350115616],
+        [2, 5, 8, 16, 57, 14],
+        [1, 4, 3, 5, 2, 0],
+    ),
+]
+
+
+@pytest.mark.parametrize(("parts", "key", "words", "uniforms", "normals", "ints", "perm"), GOLDEN)
+def test_golden_stream(parts, key, words, uniforms, normals, ints, perm) -> None:
+    s = Stream(*parts)
+    assert s.key == key == stream_key(*parts)
+    assert [int(w) for w in s.words(4)] == words
+    assert [float(u) for u in s.uniform(3)] == [float.fromhex(h) for h in uniforms]
+    assert [float(v) for v in s.normal(4)] == normals  # exact, not approx
+    assert s.integers(-5, 100, 6).tolist() == ints
+    assert s.permutation(6) == perm
+
+
+def _splitmix_reference(key: int, n: int) -> list[int]:
+    """SplitMix64 (Steele, Lea, Flood 2014) in plain Python integers."""
+    mask = (1 << 64) - 1
+    out, state = [], key
+    for _ in range(n):
+        state = (state + 0x9E3779B97F4A7C15) & mask
+        z = state
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
+        out.append(z ^ (z >> 31))
+    return out
+
+
+@pytest.mark.parametrize("key", [0, 1, 1234567, (1 << 64) - 1, 0x8637D054C02FE536])
+def test_splitmix64_matches_the_published_algorithm(key: int) -> None:
+    ref = _splitmix_reference(key, 20)
+    assert [int(w) for w in splitmix64(key, 0, 20)] == ref
+    assert [int(w) for w in splitmix64(key, 7, 5)] == ref[7:12]  # random access by counter
+
+
+def test_stream_reads_sequentially() -> None:
+    a, b = Stream("k", 1), Stream("k", 1)
+    first = np.concatenate([a.words(3), a.words(5)])
+    np.testing.assert_array_equal(first, b.words(8))
+
+
+def test_uniforms_are_in_the_open_interval_and_exact_below_one_half() -> None:
+    u = Stream("uniform-range").uniform(100_000)
+    assert u.min() > 0.0 and u.max() < 1.0
+    # ((w >> 12) + 0.5) * 2**-52 = (2k + 1) * 2**-53 with k < 2**52: times 2**53 they are odd integers
+    scaled = u * 2.0**53
+    assert np.all(scaled == np.floor(scaled)) and np.all(scaled % 2 == 1)
+
+
+class _TopWord(Stream):
+    """The stream as it is when SplitMix64 yields its largest word (probability 2**-53 per draw)."""
+
+    def words(self, n: int) -> np.ndarray:
+        return np.full(n, np.uint64((1 << 64) - 1))
+
+
+def test_uniform_of_the_largest_word_stays_below_one() -> None:
+    s = _TopWord("top")
+    assert s.uniform(1)[0] < 1.0
+    assert s.normal(1)[0] > 8.0  # the upper tail, not the 2.52 that p == 1.0 produces
+
+
+def test_different_keys_give_different_streams() -> None:
+    keys = [
+        ("values", "softmax", 0, "x"),
+        ("values", "softmax", 1, "x"),
+        ("values", "softmax", 0, "y"),
+        ("values", "softmx", 0, "x"),
+        (0,),
+        ("0",),
+        (0.0,),
+    ]
+    streams = {tuple(int(w) for w in Stream(*k).words(4)) for k in keys}
+    assert len(streams) == len(keys)  # the type of a part matters too: 0, "0" and 0.0 differ
+
+
+def test_det_log_matches_math_log_within_2_ulp() -> None:
+    x = np.exp(np.linspace(-744.0, 709.0, 50_001))
+    x = np.concatenate(
+        [
+            x,
+            [
+                5e-324,
+                2.2250738585072014e-308,
+                0.5,
+                1.0 - 2.0**-53,
+                1.0,
+                1.0 + 2.0**-52,
+                2.0,
+                math.e,
+                1e300,
+                1.7976931348623157e308,
+            ],
+        ]
+    )
+    x = x[x > 0]
+    got = det_log(x)
+    want = np.array([math.log(v) for v in x])
+    tol = 2 * np.spacing(np.abs(want))
+    bad = np.abs(got - want) > tol
+    assert not bad.any(), list(zip(x[bad][:5], got[bad][:5], want[bad][:5]))
+    assert det_log(np.array([1.0]))[0] == 0.0
+
+
+def test_inv_normal_cdf_matches_statistics_within_4_ulp() -> None:
+    p = np.concatenate(
+        [
+            np.linspace(1e-7, 1 - 1e-7, 40_001),
+            [1e-300, 1e-100, 1e-20, 1e-10, 0.075, 0.425, 0.5, 0.575, 0.925, 1 - 1e-10, 2.0**-54],
+        ]
+    )
+    got = inv_normal_cdf(p)
+    nd = statistics.NormalDist()
+    want = np.array([nd.inv_cdf(v) for v in p])
+    tol = 4 * np.spacing(np.abs(want))
+    bad = np.abs(got - want) > np.maximum(tol, 1e-300)
+    assert not bad.any(), list(zip(p[bad][:5], got[bad][:5], want[bad][:5]))
+    assert inv_normal_cdf(np.array([0.5]))[0] == 0.0
+
+
+def test_normals_have_the_right_moments() -> None:
+    z = Stream("moments").normal(200_000)
+    assert abs(z.mean()) < 0.01 and abs(z.std() - 1.0) < 0.01
+    assert np.all(np.isfinite(z))
+
+
+def test_integers_stay_in_range_and_reject_empty_ranges() -> None:
+    s = Stream("ints")
+    v = s.integers(3, 7, 10_000)
+    assert v.dtype == np.int64 and set(v.tolist()) == {3, 4, 5, 6}
+    with pytest.raises(ValueError, match="empty integer range"):
+        s.integers(5, 5, 1)
