@@ -8,9 +8,9 @@ softmax_no_max     computes exp(row) directly. exp overflows float32 above ~88.7
                    and underflows to 0 below ~-103 (0 / 0 = NaN).
 softmax_no_max_ok  subtracts the row max first. This is the only difference.
 
-Shows only for large magnitudes: the `large` distribution in float32/bfloat16 (up to 2^62) and
-the near-max values of `boundary` in every dtype. float16 inputs of the `large` distribution stay
-below 88 and the float32 exp survives them. Reference: refs/softmax_ref.py (float64).
+Shows only for large magnitudes (values beyond ~88, or rows entirely below ~-103): the `large`
+distribution and the near-max values of `boundary`, in every dtype. Unit-scale values (normal,
+uniform, constant rows, partial -inf) never get there. Reference: refs/softmax_ref.py (float64).
 """
 
 import numpy as np

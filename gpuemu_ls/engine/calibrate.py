@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import tomlkit
 
 from . import dtypes as dt
 from .config import Config, OpConfig, resolve_tolerance
+from .edits import set_tolerances
 from .errors import UsageError
 from .plan import mode_filter
 from .validate import RunOptions, plan_op, run_validation
@@ -131,20 +131,5 @@ def calibrate(
 def write_tolerances(config: Config, op: OpConfig, proposals: list[Proposal]) -> None:
     """Set ``[ops.tolerances]`` of the op in gpuemu.toml, keeping everything else byte for byte."""
     text = config.path.read_text(encoding="utf-8")
-    doc = tomlkit.parse(text)
-    ops = doc.get("ops")
-    if ops is None or op.index >= len(ops):
-        raise UsageError(f"cannot find op {op.name!r} in {config.path}")
-    table = ops[op.index]
-    if table.get("name") != op.name:
-        raise UsageError(f"{config.path} changed since it was loaded; run calibrate again")
-    tols = table.get("tolerances")
-    if tols is None:
-        tols = tomlkit.table()
-        table["tolerances"] = tols
-    for p in proposals:
-        entry = tomlkit.inline_table()
-        entry["atol"] = p.atol
-        entry["rtol"] = p.rtol
-        tols[p.dtype] = entry
-    config.path.write_text(tomlkit.dumps(doc), encoding="utf-8")
+    new = set_tolerances(text, op.index, op.name, {p.dtype: (p.atol, p.rtol) for p in proposals})
+    config.path.write_text(new, encoding="utf-8")

@@ -1,0 +1,88 @@
+"""The language server's options: from ``initializationOptions`` and ``workspace/configuration``.
+
+Checked when they arrive, like jedi-language-server does: an unknown key or a wrong type is reported
+to the user (``window/showMessage``) with what was used instead, never silently ignored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+MODES = ("quick", "thorough")
+WATCH = ("auto", "client", "server", "off")
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    trusted: bool = True  # workspace trust: while false, no workspace code runs (config diagnostics only)
+    on_save: bool = True  # validate affected ops when a file is saved
+    on_open: bool = True  # validate affected ops without a fresh stored result when a file opens
+    mode: str = "quick"  # quick | thorough, for validation on save
+    iterations: int | None = None  # cases per op (default: the mode's)
+    jobs: int = 1  # ops validated at once
+    store_path: str | None = None  # overrides .gpuemu/gpuemu.db (and GPUEMU_STORE)
+    lint: bool = True  # lint .cu kernels on save
+    hover: bool = True
+    code_lens: bool = True
+    code_actions: bool = True
+    watch: str = "auto"  # auto: the client's file watching when offered, else a server-side watcher
+    poll_store_seconds: float = 1.0  # how often to look for results written by other processes
+
+    def merged(self, raw: dict[str, Any] | None) -> tuple[ServerOptions, list[str]]:
+        """These options updated from a client's dict (camelCase or snake_case keys), with problems found."""
+        if not raw:
+            return self, []
+        if not isinstance(raw, dict):
+            return self, [f"gpuemu options must be an object, got {type(raw).__name__}; using defaults"]
+        known = {f.name: f for f in fields(self)}
+        aliases = {_camel(n): n for n in known}
+        problems: list[str] = []
+        changes: dict[str, Any] = {}
+        for key, value in raw.items():
+            name = aliases.get(key, key)
+            if name not in known:
+                problems.append(f"unknown gpuemu option {key!r} (known: {', '.join(sorted(aliases))})")
+                continue
+            error = _check(name, value)
+            if error:
+                problems.append(f"gpuemu option {key!r}: {error}; keeping {getattr(self, name)!r}")
+                continue
+            changes[name] = value
+        return replace(self, **changes), problems
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(p.title() for p in rest)
+
+
+_BOOLS = {"trusted", "on_save", "on_open", "lint", "hover", "code_lens", "code_actions"}
+
+
+def _check(name: str, value: Any) -> str | None:
+    if name in _BOOLS:
+        return None if isinstance(value, bool) else f"expected true or false, got {value!r}"
+    if name == "mode":
+        return None if value in MODES else f"expected one of {', '.join(MODES)}, got {value!r}"
+    if name == "watch":
+        return None if value in WATCH else f"expected one of {', '.join(WATCH)}, got {value!r}"
+    if name in ("iterations", "jobs"):
+        if value is None and name == "iterations":
+            return None
+        ok = isinstance(value, int) and not isinstance(value, bool) and value > 0
+        return None if ok else f"expected a positive integer, got {value!r}"
+    if name == "store_path":
+        return None if value is None or isinstance(value, str) else f"expected a path, got {value!r}"
+    if name == "poll_store_seconds":
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+        return None if ok else f"expected seconds > 0, got {value!r}"
+    return None
+
+
+@dataclass
+class OptionsState:
+    """Options as currently in force, and the problems reported for them."""
+
+    options: ServerOptions = field(default_factory=ServerOptions)
+    problems: list[str] = field(default_factory=list)

@@ -1,0 +1,941 @@
+"""``gpuemu-ls``: the language server (pygls). Wiring only: features call into session/, engine/, diagnostics/.
+
+Validation runs in background jobs (threads driving worker processes), never on the event loop;
+every notification a job produces is handed to the loop with ``call_soon_threadsafe``. Options come
+from ``initializationOptions`` and ``workspace/configuration`` and are checked at initialize, where
+only the enabled features are registered. Test Explorer speaks ``gpuemu/discoverOps``,
+``gpuemu/runOps`` and ``gpuemu/opState``, advertised under ``experimental.gpuemu``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+from lsprotocol import types as lsp
+from pygls.lsp.server import LanguageServer
+from pygls.protocol import LanguageServerProtocol, lsp_method
+
+from . import __version__
+from .diagnostics.actions import (
+    CALIBRATE,
+    COMMANDS,
+    MINIMIZE,
+    REPRODUCE,
+    RUN_ALL,
+    RUN_OP,
+    RUN_QUICK,
+    RUN_THOROUGH,
+    code_actions,
+    code_lenses,
+)
+from .diagnostics.build import workspace_diagnostics
+from .diagnostics.hover import kernel_hover, op_hover
+from .diagnostics.ranges import op_header_range, op_target
+from .engine.config import CONFIG_NAME, find_workspace
+from .options import ServerOptions
+from .session.jobs import Job, JobRunner
+from .session.watcher import FileWatcher, StorePoller
+from .session.workspace import WorkspaceSession, find_roots
+
+log = logging.getLogger("gpuemu-ls")
+EXPERIMENTAL = {"gpuemu": {"discoverOps": True, "runOps": True, "opState": True, "protocolVersion": 1}}
+DISCOVER_OPS, RUN_OPS, OP_STATE = "gpuemu/discoverOps", "gpuemu/runOps", "gpuemu/opState"
+
+
+class GpuemuProtocol(LanguageServerProtocol):
+    """Adds the Test Explorer messages to the advertised capabilities, under ``experimental``."""
+
+    @lsp_method(lsp.INITIALIZE)
+    def lsp_initialize(self, params: lsp.InitializeParams) -> Any:
+        result = yield from super().lsp_initialize(params)
+        result.capabilities.experimental = EXPERIMENTAL
+        return result
+
+
+def uri_to_path(uri: str) -> Path:
+    parsed = urlparse(uri)
+    return Path(unquote(parsed.path)).resolve()
+
+
+class GpuemuServer(LanguageServer):
+    def __init__(self) -> None:
+        super().__init__(
+            "gpuemu-ls", __version__, text_document_sync_kind=lsp.TextDocumentSyncKind.Full, protocol_cls=GpuemuProtocol
+        )
+        self.options = ServerOptions()
+        self.option_problems: list[str] = []
+        self.sessions: dict[Path, WorkspaceSession] = {}
+        self.jobs = JobRunner(self._job_event_from_thread)
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.published: dict[Path, set[Path]] = {}
+        self.running: dict[tuple[Path, str], str] = {}
+        self.tokens: dict[int, str] = {}
+        self.token_jobs: dict[str, Job] = {}
+        self.handled_mtime: dict[Path, float] = {}
+        self.watcher: FileWatcher | None = None
+        self.poller: StorePoller | None = None
+        self.client_watches = False
+        self.lock = threading.Lock()
+
+    # --- helpers -----------------------------------------------------------------------------
+    def post(self, fn: Any, *args: Any) -> None:
+        """Run ``fn(*args)`` on the event loop (from any thread)."""
+        if self.loop is not None and not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(fn, *args)
+
+    def supports(self, *path: str) -> bool:
+        obj: Any = self.client_capabilities
+        for p in path:
+            obj = getattr(obj, p, None)
+            if obj is None:
+                return False
+        return bool(obj)
+
+    def message(self, text: str, kind: lsp.MessageType = lsp.MessageType.Info) -> None:
+        self.window_show_message(lsp.ShowMessageParams(kind, text))
+
+    def session_for(self, path: Path) -> WorkspaceSession | None:
+        """The innermost workspace holding ``path``; one is opened for a gpuemu.toml found above it."""
+        best = None
+        for root, s in self.sessions.items():
+            if path.resolve().is_relative_to(root) and (best is None or len(root.parts) > len(best.root.parts)):
+                best = s
+        if best is None:
+            found = find_workspace(path.parent)
+            if found is not None:
+                return self.add_session(found)
+        return best
+
+    def add_session(self, root: Path, *, publish: bool = True) -> WorkspaceSession:
+        root = root.resolve()
+        if root in self.sessions:
+            return self.sessions[root]
+        s = WorkspaceSession(root, store_override=self.options.store_path)
+        self.sessions[root] = s
+        s.load(self._open_text(s.config_path))
+        s.refresh()
+        if self.watcher is not None:
+            self.watcher.watch(s)
+        if publish:
+            self.publish(s)
+        return s
+
+    def _open_text(self, path: Path) -> str | None:
+        try:
+            doc = self.workspace.get_text_document(path.as_uri())
+            return doc.source if doc.version is not None else None
+        except Exception:
+            return None
+
+    def _toml_text(self, s: WorkspaceSession) -> str:
+        return self._open_text(s.config_path) or s.config_path.read_text(encoding="utf-8")
+
+    # --- diagnostics ---------------------------------------------------------------------------
+    def publish(self, s: WorkspaceSession) -> None:
+        diags = workspace_diagnostics(s, trusted=self.options.trusted)
+        before = self.published.get(s.root, set())
+        for path in set(diags) | before:
+            self.text_document_publish_diagnostics(
+                lsp.PublishDiagnosticsParams(uri=path.as_uri(), diagnostics=diags.get(path, []))
+            )
+        self.published[s.root] = {p for p, d in diags.items() if d}
+
+    def refresh_and_publish(self, s: WorkspaceSession) -> None:
+        """Reread the store off the event loop, then publish on it."""
+
+        def work() -> None:
+            s.refresh()
+            self.post(self.publish, s)
+            self.post(self._refresh_lenses)
+
+        threading.Thread(target=work, name="gpuemu-refresh", daemon=True).start()
+
+    def _refresh_lenses(self) -> None:
+        if self.options.code_lens and self.supports("workspace", "code_lens", "refresh_support"):
+            try:
+                self.workspace_code_lens_refresh(None)
+            except Exception:
+                pass
+
+    # --- validation ----------------------------------------------------------------------------
+    def validate(
+        self,
+        s: WorkspaceSession,
+        ops: Sequence[str],
+        kernels: Sequence[str],
+        reason: str,
+        mode: str | None = None,
+        iterations: int | None = None,
+    ) -> list[Job]:
+        if not self.options.trusted or s.config is None:
+            return []
+        jobs = [
+            self.jobs.validate(
+                s, op, mode=mode or self.options.mode, iterations=iterations or self.options.iterations, reason=reason
+            )
+            for op in ops
+        ]
+        if self.options.lint:
+            jobs += [self.jobs.lint(s, k, reason) for k in kernels]
+        return jobs
+
+    def _job_event_from_thread(self, event: dict[str, Any]) -> None:
+        self.post(self._job_event, event)
+
+    def _job_event(self, event: dict[str, Any]) -> None:
+        job: Job = event["job"]
+        kind = event["type"]
+        key = (job.session.root, job.name)
+        if job.kind == "validate":
+            if kind in ("queued", "started", "progress"):
+                self.running[key] = f"running {job.done}/{job.total}" if job.total else "queued"
+            elif self.running.get(key) is not None:
+                self.running.pop(key, None)
+        token = self.tokens.get(job.id)
+        if kind == "started" and job.kind in ("validate", "lint") and self.supports("window", "work_done_progress"):
+            token = f"gpuemu-{job.id}"
+            self.tokens[job.id] = token
+            self.token_jobs[token] = job
+            self.work_done_progress.create(token)
+            what = "Validating" if job.kind == "validate" else "Linting"
+            self.work_done_progress.begin(
+                token,
+                lsp.WorkDoneProgressBegin(
+                    title=f"gpuemu: {what} {job.name}",
+                    cancellable=True,
+                    percentage=0,
+                    message=f"{job.mode} ({job.reason})" if job.kind == "validate" else job.reason,
+                ),
+            )
+        elif kind == "progress" and token:
+            pct = int(100 * job.done / job.total) if job.total else None
+            self.work_done_progress.report(
+                token,
+                lsp.WorkDoneProgressReport(
+                    message=f"{job.done}/{job.total} cases, {job.failed} not passed", percentage=pct, cancellable=True
+                ),
+            )
+        elif kind in ("finished", "cancelled", "failed") and token:
+            done = {
+                "finished": "done",
+                "cancelled": "cancelled (superseded or stopped)",
+                "failed": f"internal error: {event.get('error')}",
+            }[kind]
+            self.work_done_progress.end(token, lsp.WorkDoneProgressEnd(message=done))
+            self.tokens.pop(job.id, None)
+            self.token_jobs.pop(token, None)
+        if job.kind in ("validate", "lint"):
+            self._op_state(job, kind, event)
+        if kind == "failed":
+            self.message(f"gpuemu: {job.kind} {job.name} failed: {event.get('error')}", lsp.MessageType.Error)
+            log.error("job %s failed: %s", job.name, event.get("traceback"))
+        if kind in ("finished", "cancelled", "failed") and job.kind in ("validate", "lint"):
+            self.refresh_and_publish(job.session)
+
+    def _op_state(self, job: Job, kind: str, event: dict[str, Any]) -> None:
+        state = {
+            "queued": "queued",
+            "started": "running",
+            "progress": "running",
+            "cancelled": "cancelled",
+            "failed": "errored",
+        }.get(kind)
+        payload: dict[str, Any] = {
+            "workspace": str(job.session.root),
+            "id": _item_id(job.kind, job.name),
+            "name": job.name,
+            "kind": "kernel" if job.kind == "lint" else "op",
+            "done": job.done,
+            "total": job.total,
+            "failedCases": job.failed,
+        }
+        if kind == "finished":
+            result = event.get("result")
+            if job.kind == "validate" and result is not None and result.outcomes:
+                o = result.outcomes[0]
+                payload.update(
+                    state=o.status,
+                    message=o.message,
+                    diagnosis=o.diagnosis,
+                    failures=[_case_brief(c) for c in o.failures[:20]],
+                    cases=len(o.cases),
+                )
+            elif job.kind == "lint" and result:
+                e = result[0]
+                payload.update(
+                    state=e["status"],
+                    message=e.get("summary") or e.get("message", ""),
+                    failures=[
+                        {
+                            "message": f.get("message"),
+                            "file": f.get("file"),
+                            "line": f.get("line"),
+                            "code": f.get("code"),
+                        }
+                        for f in e.get("findings", [])
+                    ],
+                )
+            else:
+                payload.update(state="errored", message="nothing ran")
+        else:
+            payload["state"] = state
+            if kind == "progress":
+                case = event.get("case")
+                if case is not None and case.status != "passed":
+                    payload["lastFailure"] = _case_brief(case)
+        self.protocol.notify(OP_STATE, payload)
+
+    # --- file events -----------------------------------------------------------------------------
+    def on_changed(self, s: WorkspaceSession, paths: set[Path], reason: str) -> None:
+        """Files changed on disk (a save, a checkout): reload the config if needed, validate what is affected."""
+        ops: set[str] = set()
+        kernels: set[str] = set()
+        for path in paths:
+            if path == s.config_path:
+                old = s.config
+                s.load(self._open_text(path) if reason == "save" else None)
+                new = s.config
+                if new is not None:
+                    ops |= {o.name for o in new.ops if old is None or _changed(old, o.name, o)}
+                    kernels |= {k.name for k in new.kernels if old is None or _kchanged(old, k)}
+                self.publish(s)
+                continue
+            o, k = s.affected(path)
+            ops |= set(o)
+            kernels |= set(k)
+        if self.options.on_save and (ops or kernels):
+            self.validate(s, sorted(ops), sorted(kernels), reason)
+
+    def watched_change(self, s: WorkspaceSession, paths: set[Path]) -> None:
+        fresh = set()
+        for p in paths:
+            try:
+                mtime = p.stat().st_mtime
+            except OSError:
+                mtime = -1.0
+            if self.handled_mtime.get(p) != mtime:  # the editor's own save was handled already
+                self.handled_mtime[p] = mtime
+                fresh.add(p)
+        if fresh:
+            self.on_changed(s, fresh, "file changed on disk")
+
+
+def _item_id(kind: str, name: str) -> str:
+    return f"{'kernel' if kind in ('lint', 'kernel') else 'op'}:{name}"
+
+
+def _case_brief(case: Any) -> dict[str, Any]:
+    st = case.stats()
+    return {
+        "seed": case.seed,
+        "status": case.status,
+        "kind": case.kind,
+        "dtype": case.spec.dtype,
+        "shapes": {k: list(v) for k, v in case.spec.shapes.items()},
+        "layout": case.spec.layout,
+        "distribution": case.spec.distribution,
+        "maxAbs": st["max_abs"],
+        "tolerance": case.tolerance,
+        "message": (case.message or "").strip().splitlines()[0][:300] if case.message else "",
+        "replay": f"gpuemu reproduce --op {case.op} --seed {case.seed}",
+    }
+
+
+def _changed(old: Any, name: str, new_op: Any) -> bool:
+    try:
+        before = old.op(name)
+    except KeyError:
+        return True
+    return before.__dict__ | {"index": 0} != new_op.__dict__ | {"index": 0}
+
+
+def _kchanged(old: Any, k: Any) -> bool:
+    try:
+        before = old.kernel(k.name)
+    except KeyError:
+        return True
+    return before.__dict__ | {"index": 0} != k.__dict__ | {"index": 0}
+
+
+def create_server() -> GpuemuServer:
+    server = GpuemuServer()
+
+    @server.feature(lsp.INITIALIZE)
+    def initialize(ls: GpuemuServer, params: lsp.InitializeParams) -> None:
+        raw = params.initialization_options
+        raw = raw.get("gpuemu", raw) if isinstance(raw, dict) else raw
+        ls.options, ls.option_problems = ServerOptions().merged(raw)
+        ls.jobs = JobRunner(ls._job_event_from_thread, ls.options.jobs)
+        ls.loop = asyncio.get_running_loop()
+        _register_optional_features(ls)
+        # workspaces now, so that documents opened before `initialized` completes find them;
+        # their diagnostics wait for `initialized` (nothing may be published before it)
+        folders = [uri_to_path(f.uri) for f in params.workspace_folders or []]
+        if not folders and (params.root_uri or params.root_path):
+            folders = [uri_to_path(params.root_uri) if params.root_uri else Path(params.root_path or ".")]
+        for folder in folders:
+            for root in find_roots(folder):
+                ls.add_session(root, publish=False)
+
+    @server.feature(lsp.INITIALIZED)
+    async def initialized(ls: GpuemuServer, params: lsp.InitializedParams) -> None:
+        ls.loop = asyncio.get_running_loop()
+        if ls.supports("workspace", "configuration"):
+            try:
+                cfg = await ls.workspace_configuration_async(
+                    lsp.ConfigurationParams(items=[lsp.ConfigurationItem(section="gpuemu")])
+                )
+                if cfg and isinstance(cfg[0], dict):
+                    ls.options, problems = ls.options.merged(cfg[0])
+                    ls.option_problems += problems
+            except Exception as exc:
+                log.warning("workspace/configuration failed: %s", exc)
+        for p in ls.option_problems:
+            ls.message(p, lsp.MessageType.Warning)
+        await _setup_watching(ls)
+        ls.poller = StorePoller(
+            lambda: list(ls.sessions.values()),
+            lambda s: ls.post(ls.refresh_and_publish, s),
+            ls.options.poll_store_seconds,
+        )
+        ls.poller.start()
+        folders = [uri_to_path(f.uri) for f in (ls.workspace.folders or {}).values()]
+        if not folders and ls.workspace.root_path:
+            folders = [Path(ls.workspace.root_path)]
+        for folder in folders:
+            for root in find_roots(folder):
+                ls.add_session(root)
+
+    @server.feature(lsp.SHUTDOWN)
+    def shutdown(ls: GpuemuServer, _params: Any) -> None:
+        ls.jobs.shutdown()
+        for closer in (ls.watcher, ls.poller):
+            if closer is not None:
+                closer.close()
+        for s in ls.sessions.values():
+            s.close()
+
+    @server.feature(lsp.TEXT_DOCUMENT_DID_OPEN)
+    def did_open(ls: GpuemuServer, params: lsp.DidOpenTextDocumentParams) -> None:
+        path = uri_to_path(params.text_document.uri)
+        s = ls.session_for(path)
+        if s is None:
+            return
+        if path == s.config_path:
+            s.load(params.text_document.text)
+            ls.publish(s)
+        if not ls.options.on_open or s.config is None:
+            return
+        ops, kernels = s.affected(path)
+        mtime = _mtime(path)
+        stale = [o for o in ops if (v := s.view("op", o)) is None or v.finished_at < mtime]
+        stale_k = [k for k in kernels if (v := s.view("kernel", k)) is None or v.finished_at < mtime]
+        if stale or stale_k:
+            ls.validate(s, stale, stale_k, "open")
+
+    @server.feature(lsp.TEXT_DOCUMENT_DID_CHANGE)
+    def did_change(ls: GpuemuServer, params: lsp.DidChangeTextDocumentParams) -> None:
+        path = uri_to_path(params.text_document.uri)
+        if path.name != CONFIG_NAME:
+            return
+        s = ls.session_for(path)
+        if s is not None:  # live config diagnostics from the unsaved buffer; nothing runs
+            s.load(ls.workspace.get_text_document(params.text_document.uri).source)
+            ls.publish(s)
+
+    @server.feature(lsp.TEXT_DOCUMENT_DID_SAVE)
+    def did_save(ls: GpuemuServer, params: lsp.DidSaveTextDocumentParams) -> None:
+        path = uri_to_path(params.text_document.uri)
+        s = ls.session_for(path)
+        if s is None:
+            return
+        ls.handled_mtime[path] = _mtime(path)
+        ls.on_changed(s, {path}, "save")
+
+    @server.feature(lsp.WORKSPACE_DID_CHANGE_WATCHED_FILES)
+    def did_change_watched(ls: GpuemuServer, params: lsp.DidChangeWatchedFilesParams) -> None:
+        by_session: dict[Path, set[Path]] = {}
+        for ch in params.changes:
+            path = uri_to_path(ch.uri)
+            s = ls.session_for(path)
+            if s is not None and s.owns(path):
+                by_session.setdefault(s.root, set()).add(path)
+        for root, paths in by_session.items():
+            ls.watched_change(ls.sessions[root], paths)
+
+    @server.feature(lsp.WORKSPACE_DID_CHANGE_CONFIGURATION)
+    async def did_change_configuration(ls: GpuemuServer, params: lsp.DidChangeConfigurationParams) -> None:
+        raw = params.settings.get("gpuemu") if isinstance(params.settings, dict) else None
+        if raw is None and ls.supports("workspace", "configuration"):
+            try:
+                got = await ls.workspace_configuration_async(
+                    lsp.ConfigurationParams(items=[lsp.ConfigurationItem(section="gpuemu")])
+                )
+                raw = got[0] if got else None
+            except Exception:
+                raw = None
+        if isinstance(raw, dict):
+            ls.options, problems = ls.options.merged(raw)
+            for p in problems:
+                ls.message(p, lsp.MessageType.Warning)
+            for s in ls.sessions.values():
+                ls.publish(s)
+
+    @server.feature(lsp.WORKSPACE_DID_CHANGE_WORKSPACE_FOLDERS)
+    def did_change_folders(ls: GpuemuServer, params: lsp.DidChangeWorkspaceFoldersParams) -> None:
+        for f in params.event.removed:
+            gone = uri_to_path(f.uri)
+            for root in [r for r in ls.sessions if r.is_relative_to(gone)]:
+                ls.sessions.pop(root).close()
+        for f in params.event.added:
+            for root in find_roots(uri_to_path(f.uri)):
+                ls.add_session(root)
+
+    @server.feature(lsp.WINDOW_WORK_DONE_PROGRESS_CANCEL)
+    def progress_cancel(ls: GpuemuServer, params: lsp.WorkDoneProgressCancelParams) -> None:
+        job = ls.token_jobs.get(str(params.token))
+        if job is not None:
+            job.cancel.set()
+
+    @server.feature(DISCOVER_OPS)
+    def discover_ops(ls: GpuemuServer, params: Any) -> dict[str, Any]:
+        return {"workspaces": [_discover(ls, s) for s in ls.sessions.values()]}
+
+    @server.feature(RUN_OPS)
+    async def run_ops(ls: GpuemuServer, params: Any) -> dict[str, Any]:
+        return await _run_ops(ls, _as_dict(params))
+
+    for name in COMMANDS:
+        server.command(name)(_command_handler(name))
+    return server
+
+
+def _as_dict(params: Any) -> dict[str, Any]:
+    if params is None:
+        return {}
+    if isinstance(params, dict):
+        return params
+    if isinstance(params, (list, tuple)):
+        return _as_dict(params[0]) if params else {}
+    try:
+        return json.loads(json.dumps(params, default=lambda o: o.__dict__))
+    except (TypeError, ValueError):
+        return {k: getattr(params, k) for k in dir(params) if not k.startswith("_")}
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+async def _setup_watching(ls: GpuemuServer) -> None:
+    watch = ls.options.watch
+    dynamic = ls.supports("workspace", "did_change_watched_files", "dynamic_registration")
+    if watch in ("auto", "client") and dynamic:
+        globs = ["**/gpuemu.toml", "**/*.py", "**/*.cu", "**/*.cuh", "**/*.h", "**/*.ptx"]
+        try:
+            await ls.client_register_capability_async(
+                lsp.RegistrationParams(
+                    registrations=[
+                        lsp.Registration(
+                            id="gpuemu-watch",
+                            method=lsp.WORKSPACE_DID_CHANGE_WATCHED_FILES,
+                            register_options=lsp.DidChangeWatchedFilesRegistrationOptions(
+                                watchers=[lsp.FileSystemWatcher(glob_pattern=g) for g in globs]
+                            ),
+                        )
+                    ]
+                )
+            )
+            ls.client_watches = True
+            return
+        except Exception as exc:
+            log.warning("client refused file watching (%s); watching from the server", exc)
+    if watch in ("auto", "server") or (watch == "client" and not dynamic):
+        ls.watcher = FileWatcher(lambda s, paths: ls.post(ls.watched_change, s, paths))
+        for s in ls.sessions.values():
+            ls.watcher.watch(s)
+        ls.watcher.start()
+
+
+def _register_optional_features(ls: GpuemuServer) -> None:
+    """Only the features the options enable are registered (and so advertised)."""
+    if ls.options.hover:
+
+        @ls.feature(lsp.TEXT_DOCUMENT_HOVER)
+        def hover(ls_: GpuemuServer, params: lsp.HoverParams) -> lsp.Hover | None:
+            return _hover(ls_, params)
+
+    if ls.options.code_actions:
+
+        @ls.feature(
+            lsp.TEXT_DOCUMENT_CODE_ACTION, lsp.CodeActionOptions(code_action_kinds=[lsp.CodeActionKind.QuickFix])
+        )
+        def actions(ls_: GpuemuServer, params: lsp.CodeActionParams) -> list[lsp.CodeAction] | None:
+            path = uri_to_path(params.text_document.uri)
+            s = ls_.session_for(path)
+            if s is None or s.config is None:
+                return None
+            return code_actions(s, list(params.context.diagnostics), ls_._toml_text(s)) or None
+
+    if ls.options.code_lens:
+
+        @ls.feature(lsp.TEXT_DOCUMENT_CODE_LENS)
+        def lenses(ls_: GpuemuServer, params: lsp.CodeLensParams) -> list[lsp.CodeLens] | None:
+            path = uri_to_path(params.text_document.uri)
+            s = ls_.session_for(path)
+            if s is None:
+                return None
+            running = {op: text for (root, op), text in ls_.running.items() if root == s.root}
+            return code_lenses(s, path, running) or None
+
+
+def _hover(ls: GpuemuServer, params: lsp.HoverParams) -> lsp.Hover | None:
+    path = uri_to_path(params.text_document.uri)
+    s = ls.session_for(path)
+    if s is None or s.config is None:
+        return None
+    cfg = s.config
+    line = params.position.line + 1
+    if path == s.config_path and cfg.positions is not None:
+        for op in cfg.ops:
+            span = cfg.positions.table_span(("ops", op.index))
+            if span and span.line <= line <= span.end_line:
+                text = op_hover(s.view("op", op.name), op.name, ls.running.get((s.root, op.name)))
+                return lsp.Hover(lsp.MarkupContent(lsp.MarkupKind.Markdown, text), op_header_range(cfg, op))
+        for i, k in enumerate(cfg.kernels):
+            span = cfg.positions.table_span(("kernels", i))
+            if span and span.line <= line <= span.end_line:
+                return lsp.Hover(
+                    lsp.MarkupContent(lsp.MarkupKind.Markdown, kernel_hover(s.view("kernel", k.name), k.name))
+                )
+        return None
+    for op in cfg.ops:
+        target = op_target(cfg, op)
+        if target and target[0].resolve() == path and target[1].start.line == params.position.line:
+            text = op_hover(s.view("op", op.name), op.name, ls.running.get((s.root, op.name)))
+            return lsp.Hover(lsp.MarkupContent(lsp.MarkupKind.Markdown, text), target[1])
+    if path.suffix in (".cu", ".cuh"):
+        for k in cfg.kernels:
+            if cfg.resolve(k.source) == path:
+                view = s.view("kernel", k.name)
+                decl = (view.detail.get("source") or {}).get("line") if view else None
+                if decl is None or decl == line:
+                    return lsp.Hover(lsp.MarkupContent(lsp.MarkupKind.Markdown, kernel_hover(view, k.name)))
+    return None
+
+
+def _discover(ls: GpuemuServer, s: WorkspaceSession) -> dict[str, Any]:
+    cfg = s.config
+    items: list[dict[str, Any]] = []
+    if cfg is not None:
+        for op in cfg.ops:
+            view = s.view("op", op.name)
+            target = op_target(cfg, op)
+            rng = op_header_range(cfg, op)
+            items.append(
+                {
+                    "id": _item_id("op", op.name),
+                    "name": op.name,
+                    "kind": "op",
+                    "uri": cfg.path.as_uri(),
+                    "range": _range_json(rng),
+                    "sourceUri": target[0].as_uri() if target else None,
+                    "sourceRange": _range_json(target[1]) if target else None,
+                    "status": view.status if view else "unknown",
+                    "message": view.message if view else "",
+                    "diagnosis": view.diagnosis if view else "",
+                    "running": (s.root, op.name) in ls.running,
+                }
+            )
+        for i, k in enumerate(cfg.kernels):
+            view = s.view("kernel", k.name)
+            src = cfg.resolve(k.source)
+            line = ((view.detail.get("source") or {}).get("line") if view else None) or 1
+            items.append(
+                {
+                    "id": _item_id("kernel", k.name),
+                    "name": k.name,
+                    "kind": "kernel",
+                    "uri": cfg.path.as_uri(),
+                    "range": _range_json(op_header_range_kernel(cfg, i)),
+                    "sourceUri": src.as_uri(),
+                    "sourceRange": {
+                        "start": {"line": line - 1, "character": 0},
+                        "end": {"line": line - 1, "character": 0},
+                    },
+                    "status": view.status if view else "unknown",
+                    "message": (view.detail.get("summary") if view else "") or "",
+                }
+            )
+    return {
+        "root": str(s.root),
+        "uri": s.root.as_uri(),
+        "config": s.config_path.as_uri(),
+        "configError": [str(p) for p in s.problems],
+        "trusted": ls.options.trusted,
+        "items": items,
+    }
+
+
+def op_header_range_kernel(cfg: Any, index: int) -> lsp.Range:
+    from .diagnostics.ranges import kernel_header_range
+
+    return kernel_header_range(cfg, index)
+
+
+def _range_json(r: lsp.Range) -> dict[str, Any]:
+    return {
+        "start": {"line": r.start.line, "character": r.start.character},
+        "end": {"line": r.end.line, "character": r.end.character},
+    }
+
+
+def _select(ls: GpuemuServer, params: dict[str, Any]) -> list[tuple[WorkspaceSession, list[str], list[str]]]:
+    """Which (workspace, ops, kernels) a run request names; everything when it names nothing."""
+    wanted = params.get("ids") or params.get("ops")
+    roots = [Path(params["workspace"]).resolve()] if params.get("workspace") else list(ls.sessions)
+    out = []
+    for root in roots:
+        s = ls.sessions.get(root) or (ls.add_session(root) if (root / CONFIG_NAME).is_file() else None)
+        if s is None or s.config is None:
+            continue
+        ops = [o.name for o in s.config.ops]
+        kernels = [k.name for k in s.config.kernels]
+        if wanted:
+            names = {w.split(":", 1)[-1] for w in wanted if not w.startswith("kernel:")}
+            knames = {w.split(":", 1)[-1] for w in wanted if w.startswith("kernel:")} | (names & set(kernels))
+            ops = [o for o in ops if o in names]
+            kernels = [k for k in kernels if k in knames]
+        out.append((s, ops, kernels))
+    return out
+
+
+async def _run_ops(ls: GpuemuServer, params: dict[str, Any]) -> dict[str, Any]:
+    if not ls.options.trusted:
+        return {"error": "workspace not trusted: nothing runs", "results": []}
+    mode = params.get("mode") or ls.options.mode
+    jobs: list[Job] = []
+    for s, ops, kernels in _select(ls, params):
+        jobs += ls.validate(s, ops, kernels, "run request", mode=mode, iterations=params.get("iterations"))
+    try:
+        await asyncio.gather(*(asyncio.wrap_future(j.future) for j in jobs if j.future is not None))
+    except asyncio.CancelledError:
+        for j in jobs:
+            j.cancel.set()
+        raise
+    results = []
+    for j in jobs:
+        view = j.session.view("kernel" if j.kind == "lint" else "op", j.name)
+        j.session.refresh()
+        view = j.session.view("kernel" if j.kind == "lint" else "op", j.name)
+        results.append(
+            {
+                "id": _item_id(j.kind, j.name),
+                "name": j.name,
+                "workspace": str(j.session.root),
+                "status": "cancelled" if j.cancel.is_set() else (view.status if view else "not_run"),
+                "message": view.message if view else "",
+                "diagnosis": view.diagnosis if view else "",
+            }
+        )
+    for s in {j.session.root: j.session for j in jobs}.values():
+        ls.publish(s)
+    return {"results": results}
+
+
+def _command_handler(name: str) -> Any:
+    async def handler(ls: GpuemuServer, *args: Any) -> Any:
+        params = _as_dict(args[0] if len(args) == 1 else list(args))
+        return await _command(ls, name, params)
+
+    handler.__name__ = name.replace(".", "_")
+    return handler
+
+
+async def _command(ls: GpuemuServer, name: str, params: dict[str, Any]) -> Any:
+    if name in (RUN_OP, RUN_ALL, RUN_QUICK, RUN_THOROUGH):
+        mode = {RUN_QUICK: "quick", RUN_THOROUGH: "thorough"}.get(name, params.get("mode"))
+        sel = {"workspace": params.get("workspace"), "ids": [params["op"]] if params.get("op") else None, "mode": mode}
+        return await _run_ops(ls, sel)
+    if not ls.options.trusted:
+        ls.message("gpuemu: this workspace is not trusted, so its code does not run", lsp.MessageType.Warning)
+        return {"error": "not trusted"}
+    root = Path(params.get("workspace") or next(iter(ls.sessions), Path.cwd())).resolve()
+    s = ls.sessions.get(root)
+    if s is None or s.config is None:
+        ls.message(f"gpuemu: no usable gpuemu.toml in {root}", lsp.MessageType.Error)
+        return {"error": "no workspace"}
+    op_name = params.get("op")
+    if name == REPRODUCE:
+        return await _reproduce(ls, s, op_name, int(params["seed"]))
+    if name == MINIMIZE:
+        return await _minimize(ls, s, op_name, int(params["seed"]))
+    if name == CALIBRATE:
+        return await _calibrate(ls, s, op_name, params.get("iterations") or 100)
+    return None
+
+
+async def _with_progress(ls: GpuemuServer, s: WorkspaceSession, title: str, fn: Any) -> Any:
+    """Run ``fn(job)`` as a task job with work-done progress, awaiting its result."""
+    token = None
+    if ls.supports("window", "work_done_progress"):
+        token = f"gpuemu-task-{id(fn)}"
+        await ls.work_done_progress.create_async(token)
+        ls.work_done_progress.begin(token, lsp.WorkDoneProgressBegin(title=title, cancellable=True))
+    job = ls.jobs.task(s, title, fn)
+    if token:
+        ls.token_jobs[token] = job
+    try:
+        assert job.future is not None
+        return await asyncio.wrap_future(job.future)
+    finally:
+        if token:
+            ls.work_done_progress.end(token, lsp.WorkDoneProgressEnd(message="done"))
+            ls.token_jobs.pop(token, None)
+
+
+async def _reproduce(ls: GpuemuServer, s: WorkspaceSession, op_name: str, seed: int) -> dict[str, Any]:
+    from .engine.generate import generate_inputs
+    from .engine.repro import write_repro
+    from .engine.store import Store
+    from .engine.validate import RunOptions, replay_spec, run_validation
+
+    cfg = s.config
+    assert cfg is not None
+    op = cfg.op(op_name)
+
+    def work(job: Job) -> dict[str, Any]:
+        store = Store(s.store_file)
+        try:
+            spec, snap, source = replay_spec(cfg, op, seed, store)
+            result = run_validation(
+                cfg,
+                RunOptions(mode="reproduce", ops=[op.name], source="server", cancel=job.cancel),
+                store=store,
+                specs_by_op={op.name: [spec]},
+                snapshots={op.name: {seed: snap}} if snap is not None else None,
+            )
+        finally:
+            store.close()
+        case = result.outcomes[0].cases[0] if result.outcomes and result.outcomes[0].cases else None
+        inputs = snap if snap is not None else generate_inputs(op, spec).logical
+        repro = write_repro(cfg, op, spec, inputs, case)
+        return {
+            "repro": str(repro),
+            "status": case.status if case else "not_run",
+            "source": source,
+            "kind": case.kind if case else None,
+            "message": (case.message if case else "")[:2000],
+            "report": "\n".join(c.report() for c in case.comparisons) if case else "",
+        }
+
+    out = await _with_progress(ls, s, f"gpuemu: reproduce {op_name} seed {seed}", work)
+    await _show(ls, Path(out["repro"]))
+    verdict = "still fails" if out["status"] != "passed" else "passes now"
+    ls.message(f"gpuemu: {op_name} seed {seed} {verdict} ({out['source']}); reproduction: {out['repro']}")
+    return out
+
+
+async def _show(ls: GpuemuServer, path: Path) -> None:
+    if ls.supports("window", "show_document", "support"):
+        try:
+            await ls.window_show_document_async(lsp.ShowDocumentParams(uri=path.as_uri(), take_focus=True))
+        except Exception as exc:
+            log.warning("showDocument failed: %s", exc)
+
+
+async def _minimize(ls: GpuemuServer, s: WorkspaceSession, op_name: str, seed: int) -> dict[str, Any]:
+    from .engine.minimize import describe, minimize, store_minimized
+    from .engine.repro import write_repro
+    from .engine.store import Store
+
+    cfg = s.config
+    assert cfg is not None
+    op = cfg.op(op_name)
+
+    def work(job: Job) -> dict[str, Any]:
+        store = Store(s.store_file)
+        try:
+            res = minimize(cfg, op, seed, store, cancel=job.cancel)
+            store_minimized(store, cfg, res, command="gpuemu-ls minimize")
+        finally:
+            store.close()
+        repro = write_repro(cfg, op, res.minimized.spec, res.minimized_inputs, res.minimized, label="_min")
+        return {**describe(res), "repro": str(repro)}
+
+    try:
+        out = await _with_progress(ls, s, f"gpuemu: minimize {op_name} seed {seed}", work)
+    except Exception as exc:
+        ls.message(f"gpuemu: minimize {op_name} seed {seed}: {exc}", lsp.MessageType.Warning)
+        return {"error": str(exc)}
+    s.refresh()
+    ls.publish(s)
+    shapes = " ".join(f"{k}={v}" for k, v in out["minimized"]["shapes"].items())
+    ls.message(f"gpuemu: {op_name} seed {seed} minimized to {shapes} in {out['trials']} trials")
+    return out
+
+
+async def _calibrate(ls: GpuemuServer, s: WorkspaceSession, op_name: str, iterations: int) -> dict[str, Any]:
+    from .engine.calibrate import calibrate
+    from .engine.edits import set_tolerances
+
+    cfg = s.config
+    assert cfg is not None
+    op = cfg.op(op_name)
+
+    def work(job: Job) -> list[Any]:
+        return calibrate(cfg, op, iterations=iterations)
+
+    proposals = await _with_progress(ls, s, f"gpuemu: calibrate {op_name}", work)
+    text = ls._toml_text(s)
+    new = set_tolerances(text, op.index, op.name, {p.dtype: (p.atol, p.rtol) for p in proposals})
+    lines = text.split("\n")
+    edit = lsp.WorkspaceEdit(
+        changes={
+            cfg.path.as_uri(): [
+                lsp.TextEdit(lsp.Range(lsp.Position(0, 0), lsp.Position(len(lines) - 1, len(lines[-1]))), new)
+            ]
+        }
+    )
+    applied = await ls.workspace_apply_edit_async(lsp.ApplyWorkspaceEditParams(edit, label=f"calibrate {op_name}"))
+    return {"proposals": [p.to_dict() for p in proposals], "applied": bool(getattr(applied, "applied", False))}
+
+
+def serve_main(argv: Sequence[str]) -> int:
+    """``gpuemu-ls [--stdio] [--tcp HOST:PORT] [--log-file FILE] [-v]``."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="gpuemu-ls", description="gpuemu language server (LSP over stdio).")
+    parser.add_argument("--stdio", action="store_true", help="use stdio (the default; editors add it)")
+    parser.add_argument("--tcp", metavar="HOST:PORT", help="listen on a TCP port instead of stdio")
+    parser.add_argument("--log-file", metavar="FILE", help="write the server log there")
+    parser.add_argument("-v", "--verbose", action="store_true")
+    parser.add_argument("--version", action="version", version=f"gpuemu-ls {__version__}")
+    args = parser.parse_args(list(argv))
+    level = logging.DEBUG if args.verbose else logging.INFO
+    if args.log_file:
+        logging.basicConfig(filename=args.log_file, level=level)
+    else:
+        logging.basicConfig(stream=sys.stderr, level=logging.WARNING if not args.verbose else level)
+    server = create_server()
+    if args.tcp:
+        host, _, port = args.tcp.rpartition(":")
+        server.start_tcp(host or "127.0.0.1", int(port))
+    else:
+        server.start_io()
+    return 0
+
+
+if __name__ == "__main__":  # python -m gpuemu_ls.server
+    sys.exit(serve_main(sys.argv[1:]))

@@ -1,0 +1,229 @@
+"""One workspace as the server sees it: its config (saved or unsaved), and its results from the store.
+
+Results are read from the store, not only from this server's own runs, so verdicts that a CLI run,
+a CI shard or the Python API wrote show up in the editor too. Reads are cached in memory (hover and
+code lens must answer while validations run); ``refresh`` rereads them when the store changed.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..engine.config import CONFIG_NAME, Config, load_config
+from ..engine.errors import ConfigError, Problem
+from ..engine.locations import op_files
+from ..engine.store import Store, StoreError, store_path
+
+SOURCE_SUFFIXES = (".py", ".cu", ".cuh", ".h", ".hpp", ".ptx")
+MAX_FAILURES = 50
+
+
+@dataclass
+class OpView:
+    """The latest verdict of one op (or kernel), as the editor shows it."""
+
+    name: str
+    kind: str  # op | kernel
+    status: str
+    message: str = ""
+    diagnosis: str = ""
+    cases: int = 0
+    passed: int = 0
+    failed: int = 0
+    errors: int = 0
+    run_id: str | None = None
+    finished_at: float = 0.0
+    failures: list[dict[str, Any]] = field(default_factory=list)
+    by_variant: list[dict[str, Any]] = field(default_factory=list)
+    minimized: dict[int, dict[str, Any]] = field(default_factory=dict)
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+class WorkspaceSession:
+    """A workspace root holding a gpuemu.toml."""
+
+    def __init__(self, root: Path, *, store_override: str | None = None) -> None:
+        self.root = root.resolve()
+        self.config_path = self.root / CONFIG_NAME
+        self.config: Config | None = None
+        self.problems: list[Problem] = []
+        self.warnings: list[Problem] = []
+        self.views: dict[tuple[str, str], OpView] = {}
+        self.lock = threading.RLock()
+        self._store: Store | None = None
+        self._store_path = Path(store_override).expanduser().resolve() if store_override else store_path(self.root)
+        self._data_version: int | None = None
+        self.store_error: str | None = None
+
+    # --- config --------------------------------------------------------------------------
+    def load(self, text: str | None = None) -> bool:
+        """(Re)load the config, from ``text`` (an unsaved buffer) if given; True when it is usable."""
+        try:
+            config = load_config(self.root, text=text)
+        except ConfigError as exc:
+            with self.lock:
+                self.problems = list(exc.problems)
+                self.warnings = []
+                if text is None:
+                    self.config = None
+            return False
+        with self.lock:
+            self.config = config
+            self.problems = []
+            self.warnings = list(config.warnings)
+        return True
+
+    def affected(self, path: Path) -> tuple[list[str], list[str]]:
+        """Ops and kernels a change of ``path`` can affect."""
+        path = path.resolve()
+        cfg = self.config
+        if cfg is None:
+            return [], []
+        if path == self.config_path:
+            return [o.name for o in cfg.ops], [k.name for k in cfg.kernels]
+        ops = [o.name for o in cfg.ops if path in op_files(cfg, o)]
+        kernels = []
+        for k in cfg.kernels:
+            src = cfg.resolve(k.source)
+            if path == src or (path.suffix in (".cuh", ".h", ".hpp") and path.name in _read(src)):
+                kernels.append(k.name)
+        if not ops and path.suffix == ".py" and path.is_relative_to(self.root):
+            # a helper module imported by ops: anything in process may use it
+            ops = [
+                o.name for o in cfg.ops if o.module and path.stem in _read(path.parent / f"{o.module.split(':')[0]}.py")
+            ]
+        return ops, kernels
+
+    def owns(self, path: Path) -> bool:
+        path = path.resolve()
+        return path == self.config_path or (path.is_relative_to(self.root) and path.suffix in SOURCE_SUFFIXES)
+
+    # --- store ---------------------------------------------------------------------------
+    def store(self) -> Store | None:
+        if self._store is None:
+            try:
+                self._store = Store(self._store_path)
+                self.store_error = None
+            except StoreError as exc:
+                self.store_error = str(exc)
+                return None
+        return self._store
+
+    @property
+    def store_file(self) -> Path:
+        return self._store_path
+
+    def store_changed(self) -> bool:
+        """Whether another connection committed since the last look (SQLite's data_version)."""
+        if not self._store_path.exists():
+            return False
+        with self.lock:
+            store = self.store()
+            if store is None:
+                return False
+            try:
+                version = int(store.db.execute("PRAGMA data_version").fetchone()[0])
+            except Exception:
+                return False
+            changed = self._data_version is not None and version != self._data_version
+            self._data_version = version
+            return changed
+
+    def refresh(self) -> None:
+        """Reread the latest verdicts of every op and kernel from the store."""
+        with self.lock:
+            store = self.store()
+            cfg = self.config
+            if store is None:
+                return
+            try:
+                latest = store.latest_op_results()
+                names = {("op", o.name) for o in cfg.ops} | {("kernel", k.name) for k in cfg.kernels} if cfg else None
+                views: dict[tuple[str, str], OpView] = {}
+                minimized = self._minimized(store)
+                for row in latest.values():
+                    key = (row["kind"], row["op"])
+                    if names is not None and key not in names:
+                        continue
+                    views[key] = self._view(store, row, minimized.get(row["op"], {}))
+                self.views = views
+                self._data_version = int(store.db.execute("PRAGMA data_version").fetchone()[0])
+            except Exception as exc:  # a store being written right now, or corrupt: keep the old views
+                self.store_error = f"reading {self._store_path}: {exc}"
+
+    def _minimized(self, store: Store) -> dict[str, dict[int, dict[str, Any]]]:
+        rows = store.query(
+            "SELECT cases.op, cases.seed, cases.shapes, cases.kind FROM cases JOIN runs ON runs.id = cases.run_id"
+            " WHERE runs.source = 'minimize' ORDER BY cases.id"
+        )
+        out: dict[str, dict[int, dict[str, Any]]] = {}
+        for r in rows:
+            out.setdefault(r["op"], {})[r["seed"]] = {"shapes": json.loads(r["shapes"] or "{}"), "kind": r["kind"]}
+        return out
+
+    def _view(self, store: Store, row: dict[str, Any], minimized: dict[int, dict[str, Any]]) -> OpView:
+        detail = json.loads(row.get("detail") or "{}")
+        view = OpView(
+            row["op"],
+            row["kind"],
+            row["status"],
+            row.get("message") or "",
+            row.get("diagnosis") or "",
+            row.get("cases") or 0,
+            row.get("passed") or 0,
+            row.get("failed") or 0,
+            row.get("errors") or 0,
+            row.get("run_id"),
+            row.get("finished_at") or 0.0,
+            detail=detail,
+        )
+        if row["kind"] == "op":
+            view.failures = store.cases(run_id=row["run_id"], op=row["op"], not_passed=True, limit=MAX_FAILURES)
+            view.by_variant = store.query(
+                "SELECT dtype, layout, count(*) AS cases, sum(status = 'passed') AS passed,"
+                " max(max_ratio) AS max_ratio, max(max_abs) AS max_abs, max(tolerance) AS tolerance"
+                " FROM cases WHERE run_id = ? AND op = ? GROUP BY dtype, layout ORDER BY dtype, layout",
+                (row["run_id"], row["op"]),
+            )
+            view.minimized = {s: m for s, m in minimized.items() if any(f["seed"] == s for f in view.failures)}
+        return view
+
+    def view(self, kind: str, name: str) -> OpView | None:
+        return self.views.get((kind, name))
+
+    def close(self) -> None:
+        if self._store is not None:
+            try:
+                self._store.close()
+            except Exception:
+                pass
+            self._store = None
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def find_roots(folder: Path, depth: int = 3) -> list[Path]:
+    """Workspace roots (folders holding gpuemu.toml) at or below ``folder``, shallow first."""
+    skip = {".git", ".venv", "venv", "node_modules", "__pycache__", ".gpuemu", ".tox", "build", "dist"}
+    found: list[Path] = []
+    frontier = [folder.resolve()]
+    for _ in range(depth + 1):
+        nxt: list[Path] = []
+        for d in frontier:
+            if (d / CONFIG_NAME).is_file():
+                found.append(d)
+            try:
+                nxt += [c for c in d.iterdir() if c.is_dir() and c.name not in skip and not c.name.startswith(".")]
+            except OSError:
+                continue
+        frontier = nxt
+    return found
