@@ -131,7 +131,12 @@ def _buffers(views: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 
 def _same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
-    return a.shape == b.shape and a.tobytes() == b.tobytes()
+    """Byte equality (NaN == NaN, -0.0 != 0.0) without copying contiguous buffers."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.flags.c_contiguous and b.flags.c_contiguous and a.ndim:
+        return bool(np.array_equal(a.reshape(-1).view(np.uint8), b.reshape(-1).view(np.uint8)))
+    return a.tobytes() == b.tobytes()
 
 
 def run_case(
@@ -233,7 +238,7 @@ def run_case(
             cmp = compare_output(
                 name,
                 out,
-                ref.astype(np.float64) if ref_float else ref,
+                np.asarray(ref, dtype=np.float64) if ref_float else ref,
                 expected,
                 atol,
                 rtol,

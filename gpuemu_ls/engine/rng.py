@@ -8,9 +8,12 @@ platforms. Every failure must replay from (op, seed) anywhere, so this module us
 * SplitMix64 over a counter (integer arithmetic modulo 2**64) for raw 64-bit words;
 * correctly rounded IEEE-754 operations (+, -, *, /, sqrt, frexp/ldexp) to make floats from them.
 
-Uniforms are ``((w >> 12) + 0.5) * 2**-52``, strictly inside (0, 1) and exact. Normals invert the normal CDF with
-Wichura's AS241 (the algorithm of ``statistics.NormalDist.inv_cdf``), whose tails need a logarithm:
-:func:`det_log` computes it from ``frexp`` and a fixed odd series, so it is bit-exact too.
+Uniforms are ``((w >> 12) + 0.5) * 2**-52``, strictly inside (0, 1) and exact. Normals invert the normal CDF:
+a table of 2**14 quantiles computed with Wichura's AS241 (the algorithm of
+``statistics.NormalDist.inv_cdf``; its tails need a logarithm, which :func:`det_log` computes from
+``frexp`` and a fixed odd series) is interpolated linearly, and the outermost cells (u below
+2**-14 or above 1 - 2**-14) use AS241 directly. Table index and fraction are exact (the table size
+is a power of two), so this is bit-exact too, and about four times faster than AS241 everywhere.
 """
 
 from __future__ import annotations
@@ -158,6 +161,35 @@ def inv_normal_cdf(p: np.ndarray) -> np.ndarray:
     return out
 
 
+_TABLE_BITS = 14
+_TABLE: np.ndarray | None = None
+
+
+def _normal_table() -> np.ndarray:
+    """Quantiles of N(0, 1) at k / 2**14 for k = 0 .. 2**14 (ends unused), built once with AS241."""
+    global _TABLE
+    if _TABLE is None:
+        n = 1 << _TABLE_BITS
+        k = np.arange(1, n, dtype=np.float64)
+        _TABLE = np.concatenate([[0.0], inv_normal_cdf(k / n), [0.0]])
+    return _TABLE
+
+
+def tabled_normal(u: np.ndarray) -> np.ndarray:
+    """N(0, 1) quantiles of u: linear interpolation in a 2**14-entry AS241 table, AS241 in the outer cells."""
+    table = _normal_table()
+    n = float(1 << _TABLE_BITS)
+    x = u * n  # exact: n is a power of two
+    i = x.astype(np.int64)
+    frac = x - i  # exact
+    lo = np.take(table, i)
+    out = lo + frac * (np.take(table, np.minimum(i + 1, len(table) - 1)) - lo)
+    outer = (i == 0) | (i >= (1 << _TABLE_BITS) - 1)
+    if outer.any():
+        out[outer] = inv_normal_cdf(u[outer])
+    return out
+
+
 class Stream:
     """A sequential reader over one keyed SplitMix64 sequence."""
 
@@ -176,7 +208,7 @@ class Stream:
         return (w.astype(np.float64) + 0.5) * 2.0**-52
 
     def normal(self, n: int) -> np.ndarray:
-        return inv_normal_cdf(self.uniform(n))
+        return tabled_normal(self.uniform(n))
 
     def integers(self, lo: int, hi: int, n: int) -> np.ndarray:
         """n integers uniform in [lo, hi) (int64); hi - lo must be below 2**53."""

@@ -68,7 +68,7 @@ GOLDEN = [
         "float32",
         "boundary",
         (4, 16),
-        "cdce86919b13e34669cbb19faa9d30fdff86376c612aa492b61f2bb29eb1caf3",
+        "41179bfcdb2e4a21018935b96060aa355db089bc0d0d1f25652ea292dfafbe57",
         "f7efc34a0b9da0368b004d728f7fde2dcc12373185d110c0700b2e244fe87863",
     ),
     (
@@ -76,7 +76,7 @@ GOLDEN = [
         "float16",
         "special",
         (6, 42),
-        "66d56aeaa2c3abf27290cbc701aa536f83754bda8794d2f5c953c4321be40f7c",
+        "a1f93c4e5ae4eefc5fedc2e50006dd9de9c375265aca8c16f2a4800cba99c010",
         "a77e03fab031f10da9806b792eb312e120ca3d9ea66322a389872507c3eb3d12",
     ),
     (
@@ -92,7 +92,7 @@ GOLDEN = [
         "float32",
         "masked_rows",
         (4, 15),
-        "9a7c96de431be08f3028d590c2646fb38bea1a2533ce06d1510eb767e9949558",
+        "8a13506e2263e0cf8f16b7c701b059ba89bf84d11afc9cd113af3cf3eb98656d",
         "68506edfa37efe51b675ac4efa6a9d4e8f9e3d6d4ac2ffdca84c7952224f8a64",
     ),
     (
