@@ -322,30 +322,32 @@ def _screen(
     wd = np.float32 if narrow else np.float64
     o = np.asarray(o_raw, dtype=wd).reshape(-1)
     r = np.asarray(r_raw, dtype=wd).reshape(-1)
+    if atol <= 0:
+        return False  # the ratio below needs a positive bound everywhere
+    margin = SCREEN_MARGIN if narrow else 1.0
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         diff = np.subtract(o, r)
         np.abs(diff, out=diff)
         allowed = np.abs(r)
-        allowed *= rtol
-        allowed += atol
-        if narrow:
-            allowed *= SCREEN_MARGIN
-        if not (diff <= allowed).all():
-            return False
+        np.multiply(allowed, rtol * margin, out=allowed)
+        np.add(allowed, atol * margin, out=allowed)
         n = diff.size
-        acc.total += n
         if n == 0:
             return True
-        acc.max_abs = max(acc.max_abs, float(diff.max()))
+        biggest = float(diff.max())
         if calibration:
             small = np.abs(r) <= 1.0
             if small.any():
                 acc.max_abs_small = max(acc.max_abs_small, float(diff[small].max()))
             if not small.all():
                 acc.max_rel_large = max(acc.max_rel_large, float((diff[~small] / np.abs(r[~small])).max()))
-        ratio = np.divide(diff, allowed, out=diff) if atol > 0 else np.nan_to_num(diff / allowed, nan=0.0)
-        k = int(np.argmax(ratio))
+        ratio = np.divide(diff, allowed, out=diff)
+        k = int(np.argmax(ratio))  # NaN counts as the largest: a NaN anywhere fails the screen
         value = float(ratio[k])
+        if not value <= 1.0:
+            return False
+    acc.total += n
+    acc.max_abs = max(acc.max_abs, biggest)
     o_k, r_k = float(o[k]), float(r[k])
     if value > acc.best_ratio:
         acc.best_ratio = value

@@ -114,7 +114,14 @@ def find_condition(bad: list[CaseResult], good: list[CaseResult]) -> Predicate |
     cands = _candidates(bad + good)
     singles = [p for p in cands if _separates(p.test, bad, good)]
     if singles:
-        return min(singles, key=lambda p: (p.rank, p.block or 0, -(p.threshold or 0) if p.kind == "below" else 0))
+        best = min(singles, key=lambda p: (p.rank, p.block or 0, -(p.threshold or 0) if p.kind == "below" else 0))
+        if best.kind == "modulo":
+            blocks = sorted(p.block for p in singles if p.kind == "modulo" and p.dim == best.dim and p.block)
+            if len(blocks) > 1:  # the evidence fits several tile sizes: say so rather than pick one
+                text = (f"{best.dim} % {blocks[0]} != 0 (or any block up to {blocks[-1]}: no tested "
+                        f"{best.dim} tells them apart)")
+                return Predicate(text, best.test, best.rank, dim=best.dim, block=best.block, kind="modulo")
+        return best
     useful = [p for p in cands if all(p.test(c) for c in bad)]
     for a, b in itertools.combinations(sorted(useful, key=lambda p: p.rank), 2):
         if _separates(lambda c, a=a, b=b: a.test(c) and b.test(c), bad, good):

@@ -4,8 +4,10 @@ Why not ``numpy.random``: numpy guarantees its bit generators' raw streams but n
 ``Generator.normal`` and friends across versions, and libm's ``log``/``cos`` differ by an ulp between
 platforms. Every failure must replay from (op, seed) anywhere, so this module uses only:
 
-* SHA-256 to turn a key such as ``(seed, op, "dims")`` into a 64-bit stream key;
-* SplitMix64 over a counter (integer arithmetic modulo 2**64) for raw 64-bit words;
+* SHA-256 to turn a key such as ``(seed, op, "dims")`` into a 128-bit stream key;
+* Philox4x64-10 (Salmon et al., SC 2011), a counter-based generator, keyed with it, for raw
+  64-bit words: numpy's C implementation (``numpy.random.Philox(key=...).random_raw``), whose raw
+  stream numpy keeps stable across versions (NEP 19; only its distribution methods may change);
 * correctly rounded IEEE-754 operations (+, -, *, /, sqrt, frexp/ldexp) to make floats from them.
 
 Uniforms are ``((w >> 12) + 0.5) * 2**-52``, strictly inside (0, 1) and exact. Normals invert the normal CDF:
@@ -32,9 +34,16 @@ _M2 = np.uint64(0x94D049BB133111EB)
 
 
 def stream_key(*parts: object) -> int:
-    """A 64-bit key from any printable parts (joined unambiguously, hashed with SHA-256)."""
+    """A 128-bit key from any printable parts (joined unambiguously, hashed with SHA-256)."""
     text = "\x1f".join(f"{type(p).__name__}:{p}" for p in parts)
-    return int.from_bytes(hashlib.sha256(text.encode("utf-8")).digest()[:8], "little")
+    return int.from_bytes(hashlib.sha256(text.encode("utf-8")).digest()[:16], "little")
+
+
+def philox_words(key: int, n: int, bitgen: np.random.Philox | None = None) -> np.ndarray:
+    """n raw 64-bit words of Philox4x64-10 with a 128-bit key, counter from 0 (or continuing ``bitgen``)."""
+    if bitgen is None:
+        bitgen = np.random.Philox(key=np.array([key & (2**64 - 1), key >> 64], dtype=np.uint64))
+    return bitgen.random_raw(n).astype(np.uint64, copy=False)
 
 
 def splitmix64(key: int, start: int, n: int) -> np.ndarray:
@@ -196,9 +205,10 @@ class Stream:
     def __init__(self, *key_parts: object) -> None:
         self.key = stream_key(*key_parts)
         self.pos = 0
+        self._bitgen = np.random.Philox(key=np.array([self.key & (2**64 - 1), self.key >> 64], dtype=np.uint64))
 
     def words(self, n: int) -> np.ndarray:
-        out = splitmix64(self.key, self.pos, n)
+        out = philox_words(self.key, n, self._bitgen)
         self.pos += n
         return out
 
@@ -239,4 +249,4 @@ def log2_floor(n: int) -> int:
     return n.bit_length() - 1 if n > 0 else 0
 
 
-__all__ = ["Stream", "det_log", "inv_normal_cdf", "log2_floor", "splitmix64", "stream_key"]
+__all__ = ["Stream", "det_log", "inv_normal_cdf", "log2_floor", "philox_words", "splitmix64", "stream_key"]

@@ -10,35 +10,35 @@ import pytest
 
 from gpuemu_ls.engine.rng import Stream, det_log, inv_normal_cdf, splitmix64, stream_key
 
-# (key parts, stream key, first 4 words, next 3 uniforms as float.hex, next 4 normals, next 6 integers in
+# (key parts, 128-bit stream key, first 4 Philox words, next 3 uniforms as float.hex, next 4 normals, next 6 integers in
 # [-5, 100), then a permutation of 6): computed once and pasted. A change here breaks every stored replay.
 GOLDEN = [
     (
         ("values", "softmax", 0, "x"),
-        0x8637D054C02FE536,
-        [0xEEA1904977DF5D32, 0xFF21F963B90BF208, 0xAAFD15F563FD2496, 0xCE0DD62F3BF5AE33],
-        ["0x1.a5d27534cfd5ep-2", "0x1.a0213ebb03aaap-2", "0x1.29d6e3baf94fcp-3"],
-        [1.1695526690905789, -0.34653069884848914, -1.2903332494753883, -0.15967487946007397],
-        [60, 39, 49, 39, 43, 85],
-        [2, 0, 4, 1, 3, 5],
+        0x67A5D24F877F5C308637D054C02FE536,
+        [0x787E54C1212441BA, 0xA338A498193A525B, 0x7DA2B07F0190CF13, 0xD26096EA2AEDC15A],
+        ["0x1.46f05a78ef5b8p-4", "0x1.c2b06ecfb5c37p-1", "0x1.7681aae1ed8bdp-1"],
+        [-0.8112783674065039, 1.1143604541119467, -2.071189676459, 1.698990870182612],
+        [23, 47, 20, -5, 4, 99],
+        [5, 4, 0, 3, 1, 2],
     ),
     (
         ("dims", "matmul", 7),
-        0x39D45EDB75F533A7,
-        [0x5F2D0C16DBB3A9E6, 0xACF08356B663F0F2, 0x45BA6C6EA8E8363E, 0x42E1118DA705CF5C],
-        ["0x1.e8589b78e1361p-1", "0x1.393018637da4bp-1", "0x1.ec266200f6cd5p-1"],
-        [1.0252566220570503, -1.5886042253778254, 0.7444221396922637, 0.9619296788617095],
-        [26, 69, 68, 25, 44, 59],
-        [3, 5, 2, 1, 4, 0],
+        0xE659C2070A94150A39D45EDB75F533A7,
+        [0xA2AA4F6919767909, 0xE374E0F5181D7353, 0x8733AA04972CF445, 0x67907B8900609388],
+        ["0x1.673b671e5de38p-4", "0x1.1f4ac63966293p-1", "0x1.803cd723cdd5bp-1"],
+        [-1.10492793622846, -1.5444572036128696, -2.5495712889580773, 0.3391853983432807],
+        [-4, 38, 61, 75, 33, 23],
+        [1, 3, 5, 2, 4, 0],
     ),
     (
         (0,),
-        0xEB7035C9244C9B66,
-        [0x6CDB8BF25CE02A1D, 0x473857510894A306, 0x11EDB788A49FCB57, 0xD57DD62EE816476D],
-        ["0x1.c52021e8b683dp-1", "0x1.eae3010dfbd75p-1", "0x1.1b97ed9d6a2a0p-6"],
-        [2.0541537252195665, -0.523532650182453, 0.4392087592653856, 0.26346753578830423],
-        [2, 5, 8, 16, 57, 14],
-        [1, 4, 3, 5, 2, 0],
+        0xCB8927381E70F61DEB7035C9244C9B66,
+        [0xC5C7355A983B753A, 0xF47F2959D23DF9AC, 0x0874751461567117, 0x51E86C4008993B0E],
+        ["0x1.bdb269aec8cdcp-3", "0x1.dfee5f79f0d6fp-1", "0x1.19a5c6f620fd0p-5"],
+        [-0.0005226010550926865, -1.182394474427252, -0.7511839346556581, -0.241124594575418],
+        [29, -3, 58, 53, 61, 49],
+        [3, 4, 0, 1, 5, 2],
     ),
 ]
 
