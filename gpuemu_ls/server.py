@@ -10,7 +10,6 @@ only the enabled features are registered. Test Explorer speaks ``gpuemu/discover
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import sys
 import threading
@@ -40,6 +39,7 @@ from .diagnostics.build import workspace_diagnostics
 from .diagnostics.hover import kernel_hover, op_hover
 from .diagnostics.ranges import op_header_range, op_target
 from .engine.config import CONFIG_NAME, find_workspace
+from .engine.zygote import get_zygote
 from .options import ServerOptions
 from .session.jobs import Job, JobRunner
 from .session.watcher import FileWatcher, StorePoller
@@ -142,7 +142,7 @@ class GpuemuServer(LanguageServer):
     def publish(self, s: WorkspaceSession) -> None:
         diags = workspace_diagnostics(s, trusted=self.options.trusted)
         before = self.published.get(s.root, set())
-        for path in set(diags) | before:
+        for path in set(diags) | before | {s.config_path}:  # gpuemu.toml always: tells the client a run ended
             self.text_document_publish_diagnostics(
                 lsp.PublishDiagnosticsParams(uri=path.as_uri(), diagnostics=diags.get(path, []))
             )
@@ -375,6 +375,8 @@ def create_server() -> GpuemuServer:
         ls.options, ls.option_problems = ServerOptions().merged(raw)
         ls.jobs = JobRunner(ls._job_event_from_thread, ls.options.jobs)
         ls.loop = asyncio.get_running_loop()
+        if ls.options.trusted:
+            get_zygote()  # the fork server warms up (imports) while the client finishes initializing
         _register_optional_features(ls)
         # workspaces now, so that documents opened before `initialized` completes find them;
         # their diagnostics wait for `initialized` (nothing may be published before it)
@@ -518,17 +520,23 @@ def create_server() -> GpuemuServer:
     return server
 
 
+def _plain(value: Any) -> Any:
+    """pygls hands untyped params over as namedtuple ``Object`` s; turn them back into plain JSON values."""
+    if hasattr(value, "_asdict"):
+        return {k: _plain(v) for k, v in value._asdict().items()}
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
 def _as_dict(params: Any) -> dict[str, Any]:
-    if params is None:
-        return {}
-    if isinstance(params, dict):
-        return params
-    if isinstance(params, (list, tuple)):
-        return _as_dict(params[0]) if params else {}
-    try:
-        return json.loads(json.dumps(params, default=lambda o: o.__dict__))
-    except (TypeError, ValueError):
-        return {k: getattr(params, k) for k in dir(params) if not k.startswith("_")}
+    """Request or command parameters as a dict (a one-element argument list is unwrapped)."""
+    plain = _plain(params)
+    if isinstance(plain, list):
+        plain = plain[0] if plain else {}
+    return plain if isinstance(plain, dict) else {}
 
 
 def _mtime(path: Path) -> float:

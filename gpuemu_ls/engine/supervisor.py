@@ -24,6 +24,7 @@ from typing import IO, Any
 from .case import CaseResult
 from .config import OpConfig, ValidationConfig
 from .plan import CaseSpec
+from .zygote import ForkedProcess, get_zygote
 
 STDERR_TAIL = 3000
 _PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
@@ -63,18 +64,26 @@ class Worker:
     def __init__(self, *, memory_mb: int | None = None, cancel: threading.Event | None = None) -> None:
         parent, child = socket.socketpair()
         self.log: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the worker; closed in kill()
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_PARENT, env.get("PYTHONPATH", "")) if p)
-        env.setdefault("PYTHONUNBUFFERED", "1")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "gpuemu_ls.engine.worker", str(child.fileno()), str(memory_mb or 0)],
-            pass_fds=(child.fileno(),),
-            stdin=subprocess.DEVNULL,
-            stdout=self.log,
-            stderr=self.log,
-            start_new_session=True,
-            env=env,
-        )
+        self.proc: Any = None
+        zygote = get_zygote()
+        if zygote is not None:
+            try:
+                self.proc = ForkedProcess(zygote.spawn(child.fileno(), self.log.fileno(), memory_mb), zygote)
+            except (RuntimeError, OSError):
+                self.proc = None
+        if self.proc is None:  # no fork server here: a fresh interpreter
+            env = dict(os.environ)
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_PARENT, env.get("PYTHONPATH", "")) if p)
+            env.setdefault("PYTHONUNBUFFERED", "1")
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "gpuemu_ls.engine.worker", str(child.fileno()), str(memory_mb or 0)],
+                pass_fds=(child.fileno(),),
+                stdin=subprocess.DEVNULL,
+                stdout=self.log,
+                stderr=self.log,
+                start_new_session=True,
+                env=env,
+            )
         child.close()
         self.conn = Connection(parent.detach())
         self.cancel = cancel
@@ -86,10 +95,11 @@ class Worker:
         return self.proc.poll() is None
 
     def kill(self) -> None:
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        for kill in (os.killpg, os.kill):  # the group, and the process itself if it had no session yet
+            try:
+                kill(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
         try:
             self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:

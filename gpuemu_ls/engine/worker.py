@@ -123,17 +123,19 @@ def serve(conn: Connection) -> None:
             conn.send(("result", result))
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = argv if argv is not None else sys.argv[1:]
-    fd = int(args[0])
-    memory_mb = int(args[1]) if len(args) > 1 and args[1] != "0" else None
-    _die_with_parent()
+def run(fd: int, memory_mb: int | None) -> None:
+    """Serve on the channel ``fd`` (stdout/stderr already point at the worker's log)."""
     _apply_limits(memory_mb)
     faulthandler.enable(all_threads=False)  # a segfault or abort leaves the Python stack in the log
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)  # user code that reads stdin gets EOF, not the protocol
-    conn = Connection(fd)
-    serve(conn)
+    serve(Connection(fd))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = argv if argv is not None else sys.argv[1:]
+    _die_with_parent()
+    run(int(args[0]), int(args[1]) if len(args) > 1 and args[1] != "0" else None)
     return 0
 
 
