@@ -121,13 +121,14 @@ def sensitivity_eps(spec: CaseSpec) -> float:
     return dt.accumulation_info(spec.dtype).unit_roundoff * math.sqrt(max(n, 1))
 
 
-def _buffers(views: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Copies of the memory each input view lives in (gaps included), to detect writes."""
-    out = {}
-    for name, v in views.items():
-        base = v.base if isinstance(v.base, np.ndarray) else v
-        out[name] = np.array(base, copy=True)
-    return out
+def _memory(view: np.ndarray, layout: str) -> np.ndarray:
+    """The memory an input view lives in: itself when contiguous, else its buffer (gaps included)."""
+    return view if layout == "contiguous" or not isinstance(view.base, np.ndarray) else view.base
+
+
+def _buffers(views: dict[str, np.ndarray], layout: str) -> dict[str, np.ndarray]:
+    """Copies of the memory each input view lives in, to detect writes (and, when contiguous, to snapshot)."""
+    return {name: np.array(_memory(v, layout), copy=True) for name, v in views.items()}
 
 
 def _same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
@@ -149,13 +150,14 @@ def run_case(
     op = ctx.op
     inputs: CaseInputs = with_layout(snapshot, spec.layout) if snapshot is not None else generate_inputs(op, spec)
     result = CaseResult(op.name, spec.seed, spec, "passed", from_snapshot=snapshot is not None)
-    pristine = _buffers(inputs.views)
+    pristine = _buffers(inputs.views, spec.layout)
 
     def fail(status: str, kind: str, message: str, **extra: Any) -> CaseResult:
         result.status, result.kind, result.message = status, kind, message
         for k, v in extra.items():
             setattr(result, k, v)
-        result.snapshot = inputs.logical
+        # contiguous inputs are the logical arrays themselves, which the op may have written: keep the copy
+        result.snapshot = pristine if spec.layout == "contiguous" else inputs.logical
         return result
 
     phase("op")
@@ -173,11 +175,7 @@ def run_case(
         )
     result.durations["op"] = time.perf_counter() - t0
 
-    mutated = [
-        n
-        for n, v in inputs.views.items()
-        if not _same_bytes(v.base if isinstance(v.base, np.ndarray) else v, pristine[n])
-    ]
+    mutated = [n for n, v in inputs.views.items() if not _same_bytes(_memory(v, spec.layout), pristine[n])]
     if mutated:
         return fail(
             "failed", "input_mutation", f"the op wrote into its input(s) {', '.join(mutated)}: inputs must be read-only"

@@ -86,7 +86,7 @@ def _numel(shape: tuple[int, ...]) -> int:
 def _cast(values: np.ndarray, name: str) -> np.ndarray:
     """Round once to the input dtype; keeps 0-d arrays 0-d (np.ascontiguousarray would make them 1-d)."""
     out = dt.round_to(values, name) if dt.is_float(name) else np.asarray(values).astype(dt.numpy_dtype(name))
-    return np.array(out, order="C", copy=True)
+    return np.asarray(out, order="C")  # astype made a fresh C-ordered array already
 
 
 def integer_values(s: Stream, shape: tuple[int, ...], name: str, lo: float, hi: float) -> np.ndarray:
@@ -178,9 +178,13 @@ def poison(dtype: np.dtype) -> object:
 
 
 def make_layout(arr: np.ndarray, layout: str) -> np.ndarray:
-    """A view of a copy of ``arr`` (C-contiguous, logical) with the given memory layout."""
+    """A view of ``arr`` (C-contiguous, logical) with the given memory layout.
+
+    Contiguous is ``arr`` itself: the case keeps a pristine copy to detect writes (and snapshots that
+    copy), and a case whose op writes into its inputs fails before the reference would read them.
+    """
     if layout == "contiguous" or arr.ndim == 0:
-        return arr.copy()
+        return arr
     if layout == "transposed":
         if arr.ndim < 2:
             return arr.copy()

@@ -171,32 +171,33 @@ def inv_normal_cdf(p: np.ndarray) -> np.ndarray:
 
 
 _TABLE_BITS = 14
-_TABLE: np.ndarray | None = None
+_TABLE: tuple[np.ndarray, np.ndarray] | None = None
 
 
-def _normal_table() -> np.ndarray:
-    """Quantiles of N(0, 1) at k / 2**14 for k = 0 .. 2**14 (ends unused), built once with AS241."""
+def _normal_table() -> tuple[np.ndarray, np.ndarray]:
+    """Quantiles of N(0, 1) at k / 2**14 for k = 0 .. 2**14 (ends unused), built once with AS241, and slopes."""
     global _TABLE
     if _TABLE is None:
         n = 1 << _TABLE_BITS
         k = np.arange(1, n, dtype=np.float64)
-        _TABLE = np.concatenate([[0.0], inv_normal_cdf(k / n), [0.0]])
+        values = np.concatenate([[0.0], inv_normal_cdf(k / n), [0.0]])
+        _TABLE = (values, np.append(np.diff(values), 0.0))
     return _TABLE
 
 
 def tabled_normal(u: np.ndarray) -> np.ndarray:
     """N(0, 1) quantiles of u: linear interpolation in a 2**14-entry AS241 table, AS241 in the outer cells."""
-    table = _normal_table()
-    n = float(1 << _TABLE_BITS)
-    x = u * n  # exact: n is a power of two
-    i = x.astype(np.int64)
-    frac = x - i  # exact
-    lo = np.take(table, i)
-    out = lo + frac * (np.take(table, np.minimum(i + 1, len(table) - 1)) - lo)
-    outer = (i == 0) | (i >= (1 << _TABLE_BITS) - 1)
-    if outer.any():
-        out[outer] = inv_normal_cdf(u[outer])
-    return out
+    values, slopes = _normal_table()
+    n = 1 << _TABLE_BITS
+    x = u * float(n)  # exact: n is a power of two
+    i = x.astype(np.intp)
+    x -= i  # the fraction, exact
+    x *= np.take(slopes, i)
+    x += np.take(values, i)
+    outer = np.flatnonzero((u < 1.0 / n) | (u >= 1.0 - 1.0 / n))
+    if outer.size:
+        x[outer] = inv_normal_cdf(u[outer])
+    return x
 
 
 class Stream:
@@ -214,8 +215,12 @@ class Stream:
 
     def uniform(self, n: int) -> np.ndarray:
         """n floats strictly inside (0, 1): 52 random bits plus half a step, exact in float64."""
-        w = self.words(n) >> np.uint64(12)
-        return (w.astype(np.float64) + 0.5) * 2.0**-52
+        w = self.words(n)
+        w >>= np.uint64(12)
+        u = w.astype(np.float64)
+        u += 0.5
+        u *= 2.0**-52
+        return u
 
     def normal(self, n: int) -> np.ndarray:
         return tabled_normal(self.uniform(n))
