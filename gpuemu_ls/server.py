@@ -14,6 +14,7 @@ import logging
 import sys
 import threading
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -294,23 +295,54 @@ class GpuemuServer(LanguageServer):
         self.protocol.notify(OP_STATE, payload)
 
     # --- file events -----------------------------------------------------------------------------
+    def reload(self, s: WorkspaceSession, text: str | None, then: Any = None) -> None:
+        """Reload a workspace's config off the event loop (a big gpuemu.toml takes a while to check).
+
+        Loads run one at a time per workspace, newest wins: a load queued behind a newer one is skipped,
+        so a burst of keystrokes costs one check. ``then(old_config)`` runs on the loop afterwards.
+        """
+        with self.lock:
+            s.generation = getattr(s, "generation", 0) + 1
+            gen = s.generation
+            if getattr(s, "loader", None) is None:
+                s.loader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpuemu-config")
+
+        def work() -> None:
+            if s.generation != gen:
+                return
+            old = s.config
+            s.load(text)
+            if s.generation != gen:
+                return
+            self.post(self.publish, s)
+            if then is not None:
+                self.post(then, old)
+
+        s.loader.submit(work)
+
     def on_changed(self, s: WorkspaceSession, paths: set[Path], reason: str) -> None:
         """Files changed on disk (a save, a checkout): reload the config if needed, validate what is affected."""
         ops: set[str] = set()
         kernels: set[str] = set()
         for path in paths:
             if path == s.config_path:
-                old = s.config
-                s.load(self._open_text(path) if reason == "save" else None)
-                new = s.config
-                if new is not None:
-                    ops |= {o.name for o in new.ops if old is None or _changed(old, o.name, o)}
-                    kernels |= {k.name for k in new.kernels if old is None or _kchanged(old, k)}
-                self.publish(s)
                 continue
             o, k = s.affected(path)
             ops |= set(o)
             kernels |= set(k)
+        if s.config_path in paths:
+
+            def after(old: Any) -> None:
+                new = s.config
+                changed_ops, changed_kernels = set(ops), set(kernels)
+                if new is not None:
+                    changed_ops |= {o.name for o in new.ops if old is None or _changed(old, o.name, o)}
+                    changed_kernels |= {k.name for k in new.kernels if old is None or _kchanged(old, k)}
+                if self.options.on_save and (changed_ops or changed_kernels):
+                    self.validate(s, sorted(changed_ops), sorted(changed_kernels), reason)
+
+            self.reload(s, self._open_text(s.config_path) if reason == "save" else None, after)
+            return
         if self.options.on_save and (ops or kernels):
             self.validate(s, sorted(ops), sorted(kernels), reason)
 
@@ -431,9 +463,8 @@ def create_server() -> GpuemuServer:
         s = ls.session_for(path)
         if s is None:
             return
-        if path == s.config_path:
-            s.load(params.text_document.text)
-            ls.publish(s)
+        if path == s.config_path and params.text_document.text != _read_text(path):
+            ls.reload(s, params.text_document.text)  # an unsaved buffer differs from the file
         if not ls.options.on_open or s.config is None:
             return
         ops, kernels = s.affected(path)
@@ -450,8 +481,7 @@ def create_server() -> GpuemuServer:
             return
         s = ls.session_for(path)
         if s is not None:  # live config diagnostics from the unsaved buffer; nothing runs
-            s.load(ls.workspace.get_text_document(params.text_document.uri).source)
-            ls.publish(s)
+            ls.reload(s, ls.workspace.get_text_document(params.text_document.uri).source)
 
     @server.feature(lsp.TEXT_DOCUMENT_DID_SAVE)
     def did_save(ls: GpuemuServer, params: lsp.DidSaveTextDocumentParams) -> None:
@@ -537,6 +567,13 @@ def _as_dict(params: Any) -> dict[str, Any]:
     if isinstance(plain, list):
         plain = plain[0] if plain else {}
     return plain if isinstance(plain, dict) else {}
+
+
+def _read_text(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError:
+        return None
 
 
 def _mtime(path: Path) -> float:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import difflib
+import functools
 import importlib.util
 import os
 import sys
@@ -1177,7 +1178,20 @@ def _syntax_error_at(file: Path) -> str:
 
 
 def top_level_names(file: Path) -> dict[str, int] | None:
-    """Names bound at a module's top level with their 1-based line ("*" for a star import); None if unparsable."""
+    """Names bound at a module's top level with their 1-based line ("*" for a star import); None if unparsable.
+
+    Cached by file and modification time: a workspace with thousands of ops in one module parses it once.
+    """
+    try:
+        st = file.stat()
+    except OSError:
+        return None
+    return _top_level_names(str(file), st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=512)
+def _top_level_names(filename: str, _mtime_ns: int, _size: int) -> dict[str, int] | None:
+    file = Path(filename)
     try:
         tree = ast.parse(file.read_text(encoding="utf-8"), filename=str(file))
     except (SyntaxError, OSError, UnicodeDecodeError, ValueError):

@@ -6,6 +6,8 @@ them. Paths are tuples of keys and array indices, e.g. ``("ops", 2, "inputs", "x
 
 from __future__ import annotations
 
+import bisect
+import re
 from dataclasses import dataclass
 
 Path_ = tuple[str | int, ...]
@@ -71,55 +73,48 @@ class PositionIndex:
         return list(self._entries)
 
 
-_BARE = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+_WS = re.compile(r"(?:[ \t\r]|#[^\n]*)*")
+_WS_NL = re.compile(r"(?:[ \t\r\n]|#[^\n]*)*")
+_BASIC = re.compile(r'"(?:[^"\\\n]|\\.)*"')
+_LITERAL = re.compile(r"'[^'\n]*'")
+_SCALAR = re.compile(r"[^,\]\}\s#]+(?: [0-9][^,\]\}\s#]*)?")  # dates may hold one space
 
 
 class _Scanner:
+    """Offsets and regexes over the text; line and column are computed only for what is recorded."""
+
     def __init__(self, text: str, out: dict[Path_, Entry]) -> None:
         self.s = text
+        self.n = len(text)
         self.i = 0
-        self.line = 1
-        self.col = 1
         self.out = out
         self.arrays: dict[Path_, int] = {}  # array-of-tables path (with indices) -> last index
         self.table: Path_ = ()
-        self.key_end = (1, 1)
+        self.key_end = 0
+        self.line_starts = [0] + [m.end() for m in re.finditer("\n", text)]
 
-    # --- low level -------------------------------------------------------------------------
+    def pos(self, offset: int | None = None) -> tuple[int, int]:
+        off = self.i if offset is None else offset
+        k = bisect.bisect_right(self.line_starts, off) - 1
+        return k + 1, off - self.line_starts[k] + 1
+
+    def span(self, start: int, end: int) -> Span:
+        a, b = self.pos(start), self.pos(end)
+        return Span(a[0], a[1], b[0], b[1])
+
     def peek(self, k: int = 0) -> str:
         j = self.i + k
-        return self.s[j] if j < len(self.s) else ""
-
-    def advance(self, n: int = 1) -> None:
-        for _ in range(n):
-            if self.i >= len(self.s):
-                return
-            if self.s[self.i] == "\n":
-                self.line += 1
-                self.col = 1
-            else:
-                self.col += 1
-            self.i += 1
+        return self.s[j] if j < self.n else ""
 
     def skip_ws(self, newlines: bool = False) -> None:
-        while self.i < len(self.s):
-            c = self.s[self.i]
-            if c in " \t\r" or (newlines and c == "\n"):
-                self.advance()
-            elif c == "#":
-                while self.i < len(self.s) and self.s[self.i] != "\n":
-                    self.advance()
-            else:
-                return
-
-    def pos(self) -> tuple[int, int]:
-        return self.line, self.col
+        self.i = (_WS_NL if newlines else _WS).match(self.s, self.i).end()
 
     # --- grammar ---------------------------------------------------------------------------
     def run(self) -> None:
         while True:
             self.skip_ws(newlines=True)
-            if self.i >= len(self.s):
+            if self.i >= self.n:
                 return
             if self.peek() == "[":
                 self.header()
@@ -127,14 +122,14 @@ class _Scanner:
                 self.keyval(self.table)
 
     def header(self) -> None:
-        start = self.pos()
+        start = self.i
         is_array = self.peek(1) == "["
-        self.advance(2 if is_array else 1)
+        self.i += 2 if is_array else 1
         self.skip_ws()
         keys = self.key_parts()
         self.skip_ws()
-        self.advance(2 if is_array else 1)
-        span = Span(start[0], start[1], self.line, self.col)
+        self.i += 2 if is_array else 1
+        span = self.span(start, self.i)
         if is_array:
             path = (*self.resolve(keys[:-1]), keys[-1])
             idx = self.arrays.get(path, -1) + 1
@@ -158,107 +153,106 @@ class _Scanner:
     def key_parts(self) -> list[str]:
         """A dotted key; ``self.key_end`` is left right after its last part (before any blank)."""
         parts = [self.simple_key()]
-        self.key_end = self.pos()
+        self.key_end = self.i
         self.skip_ws()
         while self.peek() == ".":
-            self.advance()
+            self.i += 1
             self.skip_ws()
             parts.append(self.simple_key())
-            self.key_end = self.pos()
+            self.key_end = self.i
             self.skip_ws()
         return parts
 
     def simple_key(self) -> str:
-        c = self.peek()
-        if c in "\"'":
+        if self.peek() in "\"'" and self.peek():
             return self.string_value()
-        start = self.i
-        while self.peek() and self.peek() in _BARE:
-            self.advance()
-        return self.s[start : self.i]
+        m = _BARE_KEY.match(self.s, self.i)
+        if m is None:
+            self.i += 1  # never stall on text tomllib accepted that this scanner does not know
+            return ""
+        self.i = m.end()
+        return m.group(0)
 
     def keyval(self, base: Path_) -> None:
-        kstart = self.pos()
+        kstart = self.i
         keys = self.key_parts()
         kend = self.key_end
         path = (*base, *keys)
         self.skip_ws()
         if self.peek() == "=":
-            self.advance()
+            self.i += 1
         self.skip_ws()
-        vstart = self.pos()
+        vstart = self.i
         self.value(path)
-        vend = self.pos()
-        self.out[path] = Entry(
-            Span(kstart[0], kstart[1], kend[0], kend[1]), Span(vstart[0], vstart[1], vend[0], vend[1])
-        )
+        self.out[path] = Entry(self.span(kstart, kend), self.span(vstart, self.i))
 
     def value(self, path: Path_) -> None:
         c = self.peek()
-        if c in "\"'":
+        if c in "\"'" and c:
             self.string_value()
         elif c == "[":
             self.array(path)
         elif c == "{":
             self.inline_table(path)
         else:
-            while self.peek() and self.peek() not in ",]}\n#" and not (self.peek() in " \t" and self._scalar_ends()):
-                self.advance()
-
-    def _scalar_ends(self) -> bool:
-        # dates may contain one space ("1979-05-27 07:32:00"); anything else ends the scalar
-        j = self.i + 1
-        return not (j < len(self.s) and self.s[j].isdigit() and self.s[self.i - 1].isdigit())
+            m = _SCALAR.match(self.s, self.i)
+            self.i = m.end() if m else self.i + 1
 
     def string_value(self) -> str:
         q = self.peek()
         if self.s.startswith(q * 3, self.i):
-            self.advance(3)
-            start = self.i
-            while self.i < len(self.s) and not self.s.startswith(q * 3, self.i):
-                if q == '"' and self.peek() == "\\":
-                    self.advance()
-                self.advance()
-            text = self.s[start : self.i]
-            self.advance(3)
+            start = self.i + 3
+            end = self.s.find(q * 3, start)
+            if q == '"':
+                while end > 0 and _escaped(self.s, end):
+                    end = self.s.find(q * 3, end + 1)
+            end = self.n if end < 0 else end
+            self.i = end + 3
             while self.peek() == q:  # up to two quotes may close a multi-line string
-                self.advance()
-            return text
-        self.advance()
-        start = self.i
-        while self.i < len(self.s) and self.peek() != q and self.peek() != "\n":
-            if q == '"' and self.peek() == "\\":
-                self.advance()
-            self.advance()
-        text = self.s[start : self.i]
-        self.advance()
-        return text
+                self.i += 1
+            return self.s[start:end]
+        m = (_BASIC if q == '"' else _LITERAL).match(self.s, self.i)
+        if m is None:
+            self.i += 1
+            return ""
+        self.i = m.end()
+        return m.group(0)[1:-1]
 
     def array(self, path: Path_) -> None:
-        self.advance()
+        self.i += 1
         idx = 0
         while True:
             self.skip_ws(newlines=True)
             if self.peek() in ("]", ""):
-                self.advance()
+                self.i += 1
                 return
-            vstart = self.pos()
+            vstart = self.i
             self.value((*path, idx))
-            span = Span(vstart[0], vstart[1], self.line, self.col)
+            span = self.span(vstart, self.i)
             self.out.setdefault((*path, idx), Entry(span, span))
             idx += 1
             self.skip_ws(newlines=True)
             if self.peek() == ",":
-                self.advance()
+                self.i += 1
 
     def inline_table(self, path: Path_) -> None:
-        self.advance()
+        self.i += 1
         while True:
             self.skip_ws(newlines=True)
             if self.peek() in ("}", ""):
-                self.advance()
+                self.i += 1
                 return
             self.keyval(path)
             self.skip_ws(newlines=True)
             if self.peek() == ",":
-                self.advance()
+                self.i += 1
+
+
+def _escaped(s: str, at: int) -> bool:
+    """Whether the quote at ``at`` is escaped (an odd number of backslashes before it)."""
+    n = 0
+    j = at - 1
+    while j >= 0 and s[j] == "\\":
+        n += 1
+        j -= 1
+    return n % 2 == 1

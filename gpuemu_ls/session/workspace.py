@@ -58,6 +58,8 @@ class WorkspaceSession:
         self._store_path = Path(store_override).expanduser().resolve() if store_override else store_path(self.root)
         self._data_version: int | None = None
         self.store_error: str | None = None
+        self.generation = 0  # config reloads requested (the server skips stale ones)
+        self.loader: Any = None  # the server's one-thread executor for config reloads
 
     # --- config --------------------------------------------------------------------------
     def load(self, text: str | None = None) -> bool:
