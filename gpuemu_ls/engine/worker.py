@@ -67,9 +67,24 @@ def _apply_limits(memory_mb: int | None) -> None:
             pass
 
 
+def _limit_cpu(seconds: float) -> None:
+    """Let this case use ``seconds`` more CPU time (all threads), then SIGXCPU: a runaway loop ends even if
+    the supervisor's wall-clock timeout were not there."""
+    try:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+        soft = int(usage.ru_utime + usage.ru_stime + seconds) + 1
+        if hard != resource.RLIM_INFINITY:
+            soft = min(soft, hard)
+        resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+    except (ValueError, OSError):
+        pass
+
+
 def serve(conn: Connection) -> None:
     """Answer messages until the supervisor says exit or goes away."""
     ctx: CaseContext | None = None
+    cpu_seconds = 60.0
     while True:
         try:
             msg = conn.recv()
@@ -83,6 +98,7 @@ def serve(conn: Connection) -> None:
             try:
                 os.chdir(cwd)
                 ctx = build_context(Path(root), op, validation)
+                cpu_seconds = (op.timeout or validation.timeout) * max(1, os.cpu_count() or 1) + 1.0
                 conn.send(("ready", {"op": ctx.op_runner.where, "reference": ctx.ref_runner.where}))
             except CallError as exc:
                 ctx = None
@@ -103,6 +119,7 @@ def serve(conn: Connection) -> None:
             if ctx is None:
                 conn.send(("internal_error", "case before a successful setup"))
                 continue
+            _limit_cpu(cpu_seconds)
             try:
                 result = run_case(ctx, spec, snapshot, phase=lambda p, s=spec.seed: conn.send(("phase", s, p)))
             except MemoryError:
