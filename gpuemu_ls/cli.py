@@ -517,8 +517,11 @@ def cmd_failures(args: argparse.Namespace) -> int:
 def cmd_ops(args: argparse.Namespace) -> int:
     cfg = _config(args)
     latest: dict[str, dict[str, Any]] = {}
+    kernels: dict[str, dict[str, Any]] = {}
     try:
-        latest = Store.for_workspace(cfg.root).latest_op_results(kind="op")
+        store = Store.for_workspace(cfg.root)
+        latest = store.latest_op_results(kind="op")
+        kernels = store.latest_op_results(kind="kernel")
     except StoreError:
         pass
     rows = []
@@ -545,7 +548,9 @@ def cmd_ops(args: argparse.Namespace) -> int:
             }
         )
     for k in cfg.kernels:
-        rows.append({"name": k.name, "kind": "kernel", "source": k.source, "status": "lint"})
+        last = kernels.get(k.name)
+        rows.append({"name": k.name, "kind": "kernel", "source": k.source,
+                     "status": last["status"] if last else "never linted", "message": last["message"] if last else ""})
     if args.format == "json":
         print(json.dumps({"schema": 1, "ops": rows}, indent=2))
         return EXIT_OK
@@ -557,7 +562,7 @@ def cmd_ops(args: argparse.Namespace) -> int:
                 f"{shapes}  {','.join(r['dtypes'])}"
             )
         else:
-            print(f"{r['name']:24} {'kernel':10} {r['source']}")
+            print(f"{r['name']:24} {r['status']:10} {'kernel':12} {r['source']}  {r['message']}")
     return EXIT_OK
 
 
