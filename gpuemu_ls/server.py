@@ -13,6 +13,7 @@ import asyncio
 import logging
 import sys
 import threading
+import uuid
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -835,7 +836,7 @@ async def _with_progress(ls: GpuemuServer, s: WorkspaceSession, title: str, fn: 
     """Run ``fn(job)`` as a task job with work-done progress, awaiting its result."""
     token = None
     if ls.supports("window", "work_done_progress"):
-        token = f"gpuemu-task-{id(fn)}"
+        token = f"gpuemu-task-{uuid.uuid4().hex}"
         await ls.work_done_progress.create_async(token)
         ls.work_done_progress.begin(token, lsp.WorkDoneProgressBegin(title=title, cancellable=True))
     job = ls.jobs.task(s, title, fn)

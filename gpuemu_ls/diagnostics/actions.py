@@ -40,7 +40,7 @@ def code_actions(session: WorkspaceSession, diagnostics: list[lsp.Diagnostic], t
                     f"Reproduce failure of {op_name} (seed {seed})",
                     kind=lsp.CodeActionKind.QuickFix,
                     diagnostics=[d],
-                    command=lsp.Command("Reproduce failure", REPRODUCE, args),
+                    command=lsp.Command("Reproduce failure", REPRODUCE, arguments=args),
                     is_preferred=True,
                 )
             )
@@ -49,7 +49,7 @@ def code_actions(session: WorkspaceSession, diagnostics: list[lsp.Diagnostic], t
                     f"Minimize test case of {op_name} (seed {seed})",
                     kind=lsp.CodeActionKind.QuickFix,
                     diagnostics=[d],
-                    command=lsp.Command("Minimize test case", MINIMIZE, args),
+                    command=lsp.Command("Minimize test case", MINIMIZE, arguments=args),
                 )
             )
             if cfg is not None:
@@ -75,7 +75,9 @@ def code_actions(session: WorkspaceSession, diagnostics: list[lsp.Diagnostic], t
                     kind=lsp.CodeActionKind.QuickFix,
                     diagnostics=[d],
                     command=lsp.Command(
-                        "Apply calibrated tolerance", CALIBRATE, [{"workspace": str(session.root), "op": op_name}]
+                        "Apply calibrated tolerance",
+                        CALIBRATE,
+                        arguments=[{"workspace": str(session.root), "op": op_name}],
                     ),
                 )
             )
@@ -109,7 +111,7 @@ def code_lenses(session: WorkspaceSession, path: Path, running: dict[str, str]) 
         lenses.append(
             lsp.CodeLens(
                 lsp.Range(rng.start, rng.start),
-                lsp.Command(title, RUN_OP, [{"workspace": str(session.root), "op": op.name}]),
+                lsp.Command(title, RUN_OP, arguments=[{"workspace": str(session.root), "op": op.name}]),
             )
         )
     return lenses

@@ -1,0 +1,18 @@
+--- gpuemu-ls for Neovim 0.11+: picked up by `vim.lsp.enable('gpuemu')` when editors/neovim is on
+--- the runtimepath. Override any field with `vim.lsp.config('gpuemu', {...})`, e.g.
+---
+---   vim.lsp.config('gpuemu', {
+---     cmd = { '/path/to/.venv/bin/gpuemu-ls' },            -- default: <root>/.venv/bin/gpuemu-ls, else gpuemu-ls
+---     init_options = { mode = 'thorough', iterations = 50 }, -- server options, see docs/lsp.md
+---   })
+---   vim.lsp.enable('gpuemu')
+---
+--- Fields:
+---   cmd           the workspace's .venv/bin/gpuemu-ls when present, else `gpuemu-ls` from PATH
+---   filetypes     python, cuda, toml (a toml buffer only when it is a gpuemu.toml)
+---   root_markers  { 'gpuemu.toml' } (the server only starts inside a gpuemu workspace)
+---   init_options  mode = 'quick', onSave, onOpen, trusted = true, watch = 'auto' (server-side
+---                 watcher: Neovim on Linux offers no dynamic didChangeWatchedFiles)
+---   handlers      gpuemu/opState (per-op state for require('gpuemu').statusline(), failures
+---                 echoed) and $/progress (Neovim's handler, then an echoed line)
+return require('gpuemu').lsp_config()
