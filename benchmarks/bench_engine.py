@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gc
-import json
 import subprocess
 import tempfile
 import time
@@ -12,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
 from common import PYTHON, SOFTMAX_KERNEL, SOFTMAX_SCRIPT_OP, SOFTMAX_SCRIPT_REF, best_of, result, write_workspace
+
 from gpuemu_ls.engine import wire
 from gpuemu_ls.engine.compare import compare_output
 from gpuemu_ls.engine.config import load_config
@@ -103,7 +102,7 @@ def inprocess_overhead(quick: bool) -> dict[str, Any]:
         specs = plan_op(cfg, op, "thorough", cases, None)
         inputs = [generate_inputs(op, s).logical["x"] for s in specs]
         ns: dict[str, Any] = {}
-        exec(compile(SOFTMAX_KERNEL, "kernels", "exec"), ns)  # noqa: S102 - the benchmark's own kernel
+        exec(compile(SOFTMAX_KERNEL, "kernels", "exec"), ns)
         softmax, reference = ns["softmax"], ns["reference"]
 
         def bare() -> None:
@@ -145,10 +144,3 @@ def comparison(quick: bool) -> dict[str, Any]:
 
 
 BENCHMARKS = {1: script_throughput, 2: inprocess_overhead, 3: comparison}
-
-if __name__ == "__main__":
-    import sys
-
-    quick = "--quick" in sys.argv
-    for number, fn in BENCHMARKS.items():
-        print(json.dumps(fn(quick)))

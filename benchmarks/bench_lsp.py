@@ -9,10 +9,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from common import PYTHON, ROOT, median, pct, result, write_workspace
 from lsprotocol import types as lsp
 from pytest_lsp import client_capabilities, make_test_lsp_client
-
-from common import PYTHON, ROOT, median, pct, result, write_workspace
 
 SLOW_TOML = """
 [validation]

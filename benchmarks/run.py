@@ -16,9 +16,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import bench_engine  # noqa: E402
-import bench_lsp  # noqa: E402
-import bench_tools  # noqa: E402
+import bench_engine
+import bench_lsp
+import bench_tools
 
 ALL = {**bench_engine.BENCHMARKS, **bench_lsp.BENCHMARKS, **bench_tools.BENCHMARKS}
 

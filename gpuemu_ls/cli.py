@@ -381,6 +381,12 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         spec, snapshot = found
         source = "minimized snapshot"
     else:
+        if not op.runnable:  # a client-side op runs in the user's process: show what it stored
+            from .api.replay import client_replay_text
+
+            text, code = client_replay_text(cfg, op, args.seed, store, write_inputs=not args.no_repro)
+            print(text)
+            return code
         spec, snapshot, source = replay_spec(cfg, op, args.seed, None if args.regenerate else store)
     options = RunOptions(mode="reproduce", ops=[name], source="reproduce", command=_argv())
     result = run_validation(
@@ -549,8 +555,15 @@ def cmd_ops(args: argparse.Namespace) -> int:
         )
     for k in cfg.kernels:
         last = kernels.get(k.name)
-        rows.append({"name": k.name, "kind": "kernel", "source": k.source,
-                     "status": last["status"] if last else "never linted", "message": last["message"] if last else ""})
+        rows.append(
+            {
+                "name": k.name,
+                "kind": "kernel",
+                "source": k.source,
+                "status": last["status"] if last else "never linted",
+                "message": last["message"] if last else "",
+            }
+        )
     if args.format == "json":
         print(json.dumps({"schema": 1, "ops": rows}, indent=2))
         return EXIT_OK

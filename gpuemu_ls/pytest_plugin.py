@@ -9,9 +9,10 @@ prints the op's diagnosis and one line per failing case with its replay command.
 process records one run into the workspace's store, so a failure found on a GPU box shows in
 ``gpuemu failures`` and in the editor once that store is there.
 
-With pytest-xdist (``pytest -n auto``) the items spread over processes; the items of one op stay in
-one process (``xdist_group``; the plugin switches ``--dist load`` to ``loadgroup``), so each op's
-verdict in the store is complete.
+With pytest-xdist (``pytest -n auto``) the items spread over processes. All workers of a session
+record into one shared run (its id derived from xdist's test-run id and the workspace), each op's
+verdict is recomputed from every case of that run in the store, and the controller writes the final
+verdicts when the session ends: one run, complete verdicts, however the items were distributed.
 
 For client-side ops (no ``module``: the kernel is only reachable from Python code), mark a test:
 
@@ -27,7 +28,7 @@ nothing until a gpuemu feature is used.
 
 from __future__ import annotations
 
-import os
+import hashlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -74,6 +75,7 @@ class _State:
         self.clients: dict[Path, Client] = {}
         self.covered: dict[tuple[Path | None, str], list[str]] = {}
         self.plans: dict[tuple[Path, str], list[Any]] = {}
+        self.shared_runs: dict[str, str] = {}  # controller: workspace root -> shared run id
 
     @property
     def mode(self) -> str:
@@ -85,13 +87,20 @@ class _State:
         root = root.resolve()
         client = self.clients.get(root)
         if client is None:
+            run_id = None
+            workerinput = getattr(self.config, "workerinput", None)
+            store = not self.config.getoption("gpuemu_no_store")
+            if workerinput is not None and store:  # an xdist worker: one run shared by every worker
+                run_id = hashlib.sha256(f"{workerinput['testrunuid']}:{root}".encode()).hexdigest()[:32]
+                self.config.workeroutput.setdefault("gpuemu_runs", {})[str(root)] = run_id  # type: ignore[attr-defined]
             client = Client(
                 root,
-                store=not self.config.getoption("gpuemu_no_store"),
+                store=store,
                 source="pytest",
                 one_run=True,
                 mode=self.mode,
                 command=_command(self.config),
+                run_id=run_id,
             )
             self.clients[root] = client
         return client
@@ -144,9 +153,7 @@ def _state(config: pytest.Config) -> _State:
 
 
 def _command(config: pytest.Config) -> str:
-    args = " ".join(config.invocation_params.args)
-    worker = os.environ.get("PYTEST_XDIST_WORKER")
-    return f"pytest {args}".strip() + (f" [{worker}]" if worker else "")
+    return f"pytest {' '.join(config.invocation_params.args)}".strip()
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -156,11 +163,33 @@ def pytest_configure(config: pytest.Config) -> None:
         "fail_fast=False, workspace=None): a hand-written test that validates the gpuemu op `name` "
         "through the gpuemu_check fixture",
     )
-    if config.getoption("gpuemu") and getattr(config.option, "dist", "no") == "load":
-        # keep every item of one op in one xdist process, so each op's stored verdict is complete;
-        # loadgroup is load for every test without an xdist_group mark
-        config.option.dist = "loadgroup"
     _state(config)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """xdist controller: note the shared runs a finished worker recorded into."""
+    runs = (getattr(node, "workeroutput", None) or {}).get("gpuemu_runs") or {}
+    _state(node.config).shared_runs.update(runs)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """xdist controller: write the final verdicts of the shared runs, over every worker's cases."""
+    state = _state(session.config)
+    if not state.shared_runs or hasattr(session.config, "workerinput"):
+        return
+    from .api.storeview import finish_shared_run
+    from .engine.config import load_config
+    from .engine.store import Store
+
+    for root, run_id in sorted(state.shared_runs.items()):
+        store = Store.for_workspace(Path(root))
+        try:
+            finish_shared_run(store, load_config(Path(root)), run_id, mode=state.mode, source="pytest")
+        finally:
+            store.close()
+    state.shared_runs.clear()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -175,11 +204,8 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
     return None
 
 
-def _group(root: Path, op: str) -> str:
-    return f"gpuemu:{root}:{op}"
-
-
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Note which client-side ops hand-written tests validate (their gpuemu.toml items then defer to them)."""
     state = _state(config)
     for item in items:
         marker = item.get_closest_marker(MARKER)
@@ -194,8 +220,6 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         except pytest.UsageError:
             root = None
         state.covered.setdefault((root, str(name)), []).append(item.nodeid)
-        if root is not None:
-            item.add_marker(pytest.mark.xdist_group(_group(root, str(name))))
 
 
 class GpuemuFile(pytest.File):
@@ -216,9 +240,7 @@ class GpuemuFile(pytest.File):
                 if spec.dtype not in dtypes:
                     dtypes.append(spec.dtype)
             for dtype in sorted(dtypes, key=list(op.dtypes).index):
-                item = GpuemuItem.from_parent(self, name=f"{op.name}[{dtype}]", op_name=op.name, dtype=dtype)
-                item.add_marker(pytest.mark.xdist_group(_group(root, op.name)))
-                yield item
+                yield GpuemuItem.from_parent(self, name=f"{op.name}[{dtype}]", op_name=op.name, dtype=dtype)
 
 
 class GpuemuConfigError(Exception):
@@ -236,6 +258,7 @@ class GpuemuFailed(Exception):
 class GpuemuItem(pytest.Item):
     def __init__(self, *, op_name: str, dtype: str, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.funcargs: dict[str, Any] = {}  # some plugins' hook wrappers (pytest-lsp) expect it on every item
         self.op_name = op_name
         self.dtype = dtype
         self.root = self.path.parent.resolve()

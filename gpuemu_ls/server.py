@@ -122,7 +122,7 @@ class GpuemuServer(LanguageServer):
             return self.sessions[root]
         s = WorkspaceSession(root, store_override=self.options.store_path)
         self.sessions[root] = s
-        s.load(self._open_text(s.config_path))
+        s.load(self._open_text(s.config_path), saved=True)
         s.refresh()
         if self.watcher is not None:
             self.watcher.watch(s)
@@ -296,7 +296,7 @@ class GpuemuServer(LanguageServer):
         self.protocol.notify(OP_STATE, payload)
 
     # --- file events -----------------------------------------------------------------------------
-    def reload(self, s: WorkspaceSession, text: str | None, then: Any = None) -> None:
+    def reload(self, s: WorkspaceSession, text: str | None, then: Any = None, *, saved: bool = False) -> None:
         """Reload a workspace's config off the event loop (a big gpuemu.toml takes a while to check).
 
         Loads run one at a time per workspace, newest wins: a load queued behind a newer one is skipped,
@@ -311,8 +311,8 @@ class GpuemuServer(LanguageServer):
         def work() -> None:
             if s.generation != gen:
                 return
-            old = s.config
-            s.load(text)
+            old = s.saved_config  # what was on disk before, not the unsaved buffer didChange loaded
+            s.load(text, saved=saved)
             if s.generation != gen:
                 return
             self.post(self.publish, s)
@@ -342,7 +342,7 @@ class GpuemuServer(LanguageServer):
                 if self.options.on_save and (changed_ops or changed_kernels):
                     self.validate(s, sorted(changed_ops), sorted(changed_kernels), reason)
 
-            self.reload(s, self._open_text(s.config_path) if reason == "save" else None, after)
+            self.reload(s, self._open_text(s.config_path) if reason == "save" else None, after, saved=True)
             return
         if self.options.on_save and (ops or kernels):
             self.validate(s, sorted(ops), sorted(kernels), reason)
@@ -442,12 +442,8 @@ def create_server() -> GpuemuServer:
             ls.options.poll_store_seconds,
         )
         ls.poller.start()
-        folders = [uri_to_path(f.uri) for f in (ls.workspace.folders or {}).values()]
-        if not folders and ls.workspace.root_path:
-            folders = [Path(ls.workspace.root_path)]
-        for folder in folders:
-            for root in find_roots(folder):
-                ls.add_session(root)
+        for s in list(ls.sessions.values()):  # opened at initialize: stored results and config problems now
+            ls.publish(s)
 
     @server.feature(lsp.SHUTDOWN)
     def shutdown(ls: GpuemuServer, _params: Any) -> None:

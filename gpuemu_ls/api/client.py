@@ -56,6 +56,7 @@ class _RunState:
     elapsed: dict[str, float] = field(default_factory=dict)
     snapshots: dict[str, int] = field(default_factory=dict)
     status: dict[str, str] = field(default_factory=dict)
+    shared: bool = False  # other processes write into this run too: verdicts come from the store
 
 
 class Client:
@@ -67,7 +68,10 @@ class Client:
     nothing. ``framework`` and ``device`` override what ``run_op`` receives (default: the op's
     ``framework`` and its accelerator when present). ``one_run``: every call records into one run
     of mode ``mode`` (the pytest plugin's choice); by default each fuzz or test call is a run of its
-    own and single checks (``validate_op``, ``submit_output``) share one run per client.
+    own and single checks (``validate_op``, ``submit_output``) share one run per client. ``run_id``:
+    record everything into the run of that id, created if absent and shared with other processes
+    that name it (pytest-xdist workers): op verdicts are then recomputed from every stored case of
+    the run, whoever wrote it.
     """
 
     def __init__(
@@ -81,6 +85,7 @@ class Client:
         one_run: bool = False,
         mode: str = "client",
         command: str | None = None,
+        run_id: str | None = None,
     ) -> None:
         start = Path(workspace) if workspace is not None else Path.cwd()
         if start.name == CONFIG_NAME and start.is_file():
@@ -95,7 +100,8 @@ class Client:
         self.framework = framework
         self.device = device
         self.source = source
-        self.one_run = one_run
+        self.one_run = one_run or run_id is not None
+        self.shared_run_id = run_id
         self.mode = mode
         self.command = command if command is not None else _argv()
         self._lock = threading.RLock()
@@ -194,7 +200,9 @@ class Client:
             kwargs=dict(op.kwargs),
             framework=adapter.name,
             device=adapter.device,
-            logical=inputs.logical,
+            # the engine may hand a contiguous case its logical arrays themselves: keep our own copy, so a
+            # kernel that writes into its inputs cannot change what is compared and snapshotted
+            logical={n: np.array(a, copy=True) for n, a in inputs.logical.items()},
             _pristine=pristine,
             _write_backs=backs,
         )
@@ -354,8 +362,7 @@ class Client:
                 "(only failing cases keep their inputs)"
             )
         ctx = self._context(o, self._op_runner(o, run_op, framework))
-        result = self._run_one(ctx, spec, snapshot)
-        result.from_snapshot = snapshot is not None
+        result = self._run_one(ctx, spec, snapshot, replayed=snapshot is not None)
         run = self._begin("reproduce", verdicts=False)
         if run is not None:
             self._record(run, o, [result], planned=1)
@@ -476,7 +483,9 @@ class Client:
             return self._cached_runner(
                 op,
                 f"module:{adapter.name}",
-                lambda: CallableRunner(self.root, op.module or "", op.input_names, adapter, "op"),
+                lambda: CallableRunner(
+                    self.root, _own_module(self.root, op.module or ""), op.input_names, adapter, "op"
+                ),
             )
         raise UsageError(
             f"op {op.name!r} runs in your process (execution_mode = {op.execution_mode!r}, no module): "
@@ -504,7 +513,13 @@ class Client:
                 if op.reference_is_script:
                     ref = ScriptRunner(self.root, op.reference, "reference")
                 else:
-                    ref = CallableRunner(self.root, op.reference, op.input_names, get_adapter("numpy"), "reference")
+                    ref = CallableRunner(
+                        self.root,
+                        _own_module(self.root, op.reference),
+                        op.input_names,
+                        get_adapter("numpy"),
+                        "reference",
+                    )
             except CallError as exc:
                 raise UsageError(f"op {op.name!r}: {exc.message}") from None
             ctx = CaseContext(self.root, op, self.config.validation, ref, ref)
@@ -514,7 +529,10 @@ class Client:
     def _context(self, op: OpConfig, op_runner: Runner) -> CaseContext:
         return CaseContext(self.root, op, self.config.validation, op_runner, self._reference(op))
 
-    def _run_one(self, ctx: CaseContext, spec: CaseSpec, snapshot: dict[str, np.ndarray] | None) -> CaseResult:
+    def _run_one(
+        self, ctx: CaseContext, spec: CaseSpec, snapshot: dict[str, np.ndarray] | None, *, replayed: bool = False
+    ) -> CaseResult:
+        """run_case, as a worker runs it; ``replayed``: the inputs are a stored snapshot (not the case's own)."""
         try:
             result = run_case(ctx, spec, snapshot)
         except MemoryError:
@@ -533,8 +551,7 @@ class Client:
                 f"gpuemu internal error: {exc}\n{traceback.format_exc()}",
                 snapshot=snapshot,
             )
-        if snapshot is not None and spec.strategy == "user":
-            result.from_snapshot = False
+        result.from_snapshot = replayed
         return result
 
     def _run_specs(
@@ -547,6 +564,7 @@ class Client:
         fail_fast: bool,
         on_case: Callable[[CaseResult, int, int], None] | None,
     ) -> FuzzResult:
+        run = self._open_run(mode)
         start = time.monotonic()
         cases: list[CaseResult] = []
         stopped = None
@@ -559,27 +577,33 @@ class Client:
             if fail_fast and result.status != "passed":
                 stopped = "fail-fast"
                 break
-        return self._conclude(op, cases, len(specs), stopped, time.monotonic() - start, mode)
+        return self._conclude(run, op, cases, len(specs), stopped, time.monotonic() - start)
 
     def _run_isolated(self, op: OpConfig, specs: list[CaseSpec], *, mode: str, fail_fast: bool) -> FuzzResult:
         from ..engine.validate import RunOptions, run_validation
 
+        run = self._open_run(mode)
         result = run_validation(
             self.config,
             RunOptions(mode=mode, ops=[op.name], fail_fast=fail_fast, source=self.source, store=False),
             specs_by_op={op.name: specs},
         )
         outcome = result.outcomes[0]
-        return self._conclude(op, outcome.cases, len(specs), outcome.stopped, outcome.elapsed, mode, outcome)
+        return self._conclude(run, op, outcome.cases, len(specs), outcome.stopped, outcome.elapsed, outcome)
+
+    def _open_run(self, mode: str) -> _RunState | None:
+        """The run a batch of cases records into: the shared one (``one_run``), else a new run of ``mode``."""
+        with self._lock:
+            return self._session_run() if self.one_run else self._begin(mode, verdicts=True)
 
     def _conclude(
         self,
+        run: _RunState | None,
         op: OpConfig,
         cases: list[CaseResult],
         planned: int,
         stopped: str | None,
         elapsed: float,
-        mode: str,
         outcome: OpOutcome | None = None,
     ) -> FuzzResult:
         from ..engine.diagnose import diagnose_cases
@@ -591,7 +615,6 @@ class Client:
             message = outcome.message
         diagnosis = diagnose_cases(cases, op, self.root)
         with self._lock:
-            run = self._session_run() if self.one_run else self._begin(mode, verdicts=True)
             if run is not None:
                 self._record(
                     run,
@@ -657,7 +680,22 @@ class Client:
 
     def _session_run(self) -> _RunState | None:
         if self._session is None:
-            self._session = self._begin(self.mode, verdicts=True)
+            if self.shared_run_id is not None and self.store is not None:
+                from .storeview import ensure_run
+
+                ensure_run(
+                    self.store,
+                    self.shared_run_id,
+                    source=self.source,
+                    mode=self.mode,
+                    seed=self.config.validation.seed,
+                    workspace=self.root,
+                    config_hash=config_hash(self.config),
+                    command=self.command,
+                )
+                self._session = _RunState(self.shared_run_id, self.mode, verdicts=True, shared=True)
+            else:
+                self._session = self._begin(self.mode, verdicts=True)
         return self._session
 
     def new_run(self) -> None:
@@ -689,7 +727,7 @@ class Client:
         limit = self.config.validation.max_failure_snapshots
         kept = run.snapshots.get(op.name, 0)
         bad = sum(1 for c in cases if c.status != "passed" and c.snapshot is not None)
-        self.store.add_cases(run.id, cases, max_snapshots=max(0, limit - kept))
+        self.store.add_cases(run.id, cases, max_snapshots=max(0, limit - kept), root=self.root)
         run.snapshots[op.name] = kept + min(bad, max(0, limit - kept))
         for c in cases:
             _slim(c)
@@ -701,6 +739,14 @@ class Client:
         run.elapsed[op.name] = run.elapsed.get(op.name, 0.0) + (
             elapsed if elapsed is not None else sum(sum(c.durations.values()) for c in cases)
         )
+        if run.shared and status is None:
+            from .storeview import store_verdict
+
+            run.status[op.name] = store_verdict(
+                self.store, self.config, run.id, op.name, mode=run.mode, source=self.source
+            )
+            self._finish(run)
+            return
         status = status or op_status(all_cases)
         if status == "not_run" and run.status.get(op.name) not in (None, "not_run"):
             status = run.status[op.name]
@@ -745,9 +791,36 @@ class Client:
     def _finish(self, run: _RunState) -> None:
         if self.store is None:
             return
+        if run.shared:
+            from .storeview import run_status
+
+            self.store.finish_run(run.id, run_status(self.store, run.id))
+            return
         statuses = set(run.status.values())
         status = next((s for s in ("failed", "error", "not_run") if s in statuses), "passed" if statuses else "not_run")
         self.store.finish_run(run.id, status)
+
+
+def _own_module(root: Path, ref: str) -> str:
+    """Make ``module:function`` import from this workspace in this long-lived process.
+
+    The CLI loads a workspace's modules in fresh worker processes; a user's process may hold a
+    same-named module of another workspace (two workspaces with an ``ops.py``) or from elsewhere.
+    The workspace root goes first on sys.path, and a cached module whose file lies outside the
+    workspace is dropped (with its submodules) so the workspace's own file is imported.
+    """
+    top = ref.split(":", 1)[0].split(".", 1)[0]
+    root_s = str(root)
+    if root_s in sys.path:
+        sys.path.remove(root_s)
+    sys.path.insert(0, root_s)
+    cached = sys.modules.get(top)
+    file = getattr(cached, "__file__", None) if cached is not None else None
+    foreign = cached is not None and (file is None or not Path(file).resolve().is_relative_to(root))
+    if foreign and ((root / f"{top}.py").exists() or (root / top / "__init__.py").exists()):
+        for name in [n for n in sys.modules if n == top or n.startswith(top + ".")]:
+            del sys.modules[name]
+    return ref
 
 
 def _op_message(o: OpOutcome) -> str:

@@ -2,10 +2,12 @@
 
 ``gpuemu baseline store TAG`` writes ``gpuemu-baselines/TAG.json`` (meant to be committed and
 reviewed like code). A regression is an op that passed in the baseline and does not now, or whose
-max error grew beyond ``baseline * (1 + regression_threshold)``; a kernel whose registers, spills or
-local memory grew, or whose instruction counts grew beyond the threshold. Error growth below a noise
-floor (the current max error under 10% of its tolerance) is not a regression: an error that far
-inside tolerance says nothing about the kernel, and counting it would make the gate flaky.
+max error grew beyond ``baseline * (1 + regression_threshold)`` on the same cases (the error figures
+of other seeds or case counts are not comparable, so they are compared only when the cases match);
+and a kernel whose registers, spills or local memory grew, or whose instruction counts grew beyond
+the threshold. Error growth below a noise floor (the current max error under 10% of its tolerance)
+is not a regression: an error that far inside tolerance says nothing about the kernel, and counting
+it would make the gate flaky.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ def from_document(doc: dict[str, Any], tag: str) -> dict[str, Any]:
             "max_abs": stats.get("max_abs"),
             "max_rel": stats.get("max_rel"),
             "max_ratio": stats.get("max_ratio"),
+            "cases_run": e.get("cases_run"),
         }
     kernels = {}
     for k in doc["kernels"]:
@@ -107,6 +110,11 @@ def regressions(doc: dict[str, Any], baseline: dict[str, Any], threshold: float)
             continue
         cur, base = stats.get("max_abs"), old.get("max_abs")
         ratio = stats.get("max_ratio")
+        same_cases = bool(old.get("cases_run")) and (old.get("cases_run") or {}).get("seeds_hash") == (
+            e.get("cases_run") or {}
+        ).get("seeds_hash")
+        if not same_cases:
+            continue  # other cases (another seed, mode or count): their errors differ without a regression
         if (
             isinstance(cur, (int, float))
             and isinstance(base, (int, float))

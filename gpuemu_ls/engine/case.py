@@ -113,6 +113,7 @@ class CaseContext:
     validation: ValidationConfig
     op_runner: Runner
     ref_runner: Runner
+    calibration: bool = False  # also measure the error figures calibration needs (a few more passes)
 
 
 def sensitivity_eps(spec: CaseSpec) -> float:
@@ -245,6 +246,7 @@ def run_case(
                 sensitivity=lambda n=name: sensitivity(n),
                 eps=eps,
                 keep_mask=True,
+                calibration=ctx.calibration,
             )
             if not cmp.passed:
                 result.features.setdefault("outputs", {})[name] = output_features(cmp, inputs.logical, op)

@@ -118,8 +118,10 @@ def find_condition(bad: list[CaseResult], good: list[CaseResult]) -> Predicate |
         if best.kind == "modulo":
             blocks = sorted(p.block for p in singles if p.kind == "modulo" and p.dim == best.dim and p.block)
             if len(blocks) > 1:  # the evidence fits several tile sizes: say so rather than pick one
-                text = (f"{best.dim} % {blocks[0]} != 0 (or any block up to {blocks[-1]}: no tested "
-                        f"{best.dim} tells them apart)")
+                text = (
+                    f"{best.dim} % {blocks[0]} != 0 (or any block up to {blocks[-1]}: no tested "
+                    f"{best.dim} tells them apart)"
+                )
                 return Predicate(text, best.test, best.rank, dim=best.dim, block=best.block, kind="modulo")
         return best
     useful = [p for p in cands if all(p.test(c) for c in bad)]

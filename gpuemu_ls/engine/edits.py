@@ -38,7 +38,9 @@ def set_tolerances(text: str, index: int, name: str, tolerances: dict[str, tuple
     table = _op_table(doc, index, name)
     tols = table.get("tolerances")
     if tols is None:
-        tols = tomlkit.table()
+        # an inline key sits with the op's own keys: a new [ops.tolerances] table would be appended after
+        # the op's last sub-table, where the comments that introduce the next op would end up above it
+        tols = tomlkit.inline_table()
         table["tolerances"] = tols
     for dtype, (atol, rtol) in tolerances.items():
         entry = tomlkit.inline_table()

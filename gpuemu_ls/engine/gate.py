@@ -71,7 +71,8 @@ def run_gate(config: Config, options: GateOptions, store: Store | None = None) -
         except KeyError as exc:
             raise UsageError(str(exc.args[0])) from None
     kernels = [k.name for k in config.kernels] if options.kernels and not options.ops else []
-    if options.shard:
+    base = load_baseline(baseline_path(config, options.baseline)) if options.baseline else None  # fail early
+    if options.shard is not None:
         k, n = parse_shard(options.shard)
         chosen = shard_items([("op", o) for o in ops] + [("kernel", x) for x in kernels], k, n)
         ops = [name for kind, name in chosen if kind == "op"]
@@ -99,11 +100,18 @@ def run_gate(config: Config, options: GateOptions, store: Store | None = None) -
         from .kernels import lint_entries
 
         kernel_entries = lint_entries(config, kernels)
-        if store is not None and run is not None and run.run_id:
+        if store is not None:
+            run_id = run.run_id if run is not None else None
+            if run_id is None:  # a workspace of kernels only: a run to hold their results
+                run_id = store.begin_run(source=options.source, mode=options.mode, seed=None, iterations=None,
+                                         workspace=config.root, config_hash="", command=options.command)
             for e in kernel_entries:
                 store.add_op_result(
-                    run.run_id, e["name"], "kernel", e["status"], duration=e["elapsed"], message=e["message"], detail=e
+                    run_id, e["name"], "kernel", e["status"], duration=e["elapsed"], message=e["message"], detail=e
                 )
+            if run is None:
+                ok = all(e["status"] == "passed" for e in kernel_entries)
+                store.finish_run(run_id, "passed" if ok else "failed")
     fail_on_regression = (
         options.fail_on_regression if options.fail_on_regression is not None else config.policies.fail_on_regression
     )
@@ -115,8 +123,7 @@ def run_gate(config: Config, options: GateOptions, store: Store | None = None) -
         fail_on_regression=fail_on_regression,
         mode=options.mode,
     )
-    if options.baseline:
-        base = load_baseline(baseline_path(config, options.baseline))
+    if base is not None:
         regs = regressions(doc, base, config.ci.regression_threshold)
         doc = build_document(
             config,

@@ -39,6 +39,14 @@ def kernel_spec(config: Config, k: KernelConfig) -> Any:
     )
 
 
+def toolchain(config: Config | None) -> Any:
+    """The CUDA tools: ``[cuda] nvcc`` when set (its folder first), then PATH and NVIDIA's wheels."""
+    from .cuda.toolchain import find_toolchain
+
+    explicit = config.cuda.nvcc if config is not None else None
+    return find_toolchain(config.resolve(explicit) if explicit and not Path(explicit).is_absolute() else explicit)
+
+
 def cache_dir(config: Config) -> Path:
     return config.root / ".gpuemu" / "cache" / "lint"
 
@@ -101,7 +109,7 @@ def lint_entries(config: Config, names: list[str] | None = None) -> list[dict[st
     for k in config.kernels:
         if names is not None and k.name not in names:
             continue
-        r = lint_kernel(kernel_spec(config, k), cache_dir(config))
+        r = lint_kernel(kernel_spec(config, k), cache_dir(config), toolchain(config))
         out.append(entry(config.root, r, config.resolve(k.source), k.name))
     return out
 
@@ -122,4 +130,4 @@ def lint_path(path: Path, config: Config | None, cache: Path) -> list[dict[str, 
             "warn_threshold": config.policies.warn_threshold,
         }
     root = config.root if config is not None else path.resolve().parent
-    return [entry(root, r, path.resolve()) for r in lint_file(path.resolve(), cache, **kw)]
+    return [entry(root, r, path.resolve()) for r in lint_file(path.resolve(), cache, tools=toolchain(config), **kw)]

@@ -2,9 +2,10 @@
 
 Every trial re-runs the op under test *and* the reference on the candidate inputs in a supervised
 worker (so a crash or a hang minimizes too); a candidate is kept only if it fails with the same
-status and kind. Dims shrink first, one at a time, largest first, trying small values in increasing
-order (the schema's min, 1, 2, small primes, powers of two, halves) within the dim's range or
-candidate list; inputs are *sliced* to the new sizes rather than regenerated, so the values that
+status and kind. Dims shrink first, one at a time, largest first, within the dim's range or
+candidate list: the few smallest values one by one (a bug at size 1 shows at once), then a binary
+search between the largest value that passed and the current one (a bug past a threshold lands on
+the threshold in log2 steps); inputs are *sliced* to the new sizes rather than regenerated, so the values that
 triggered the bug stay. Shared dims shrink in every input at once. Then values simplify: finite
 values become zeros, ones, integers or signs (non-finite ones such as -inf masks stay until last).
 """
@@ -23,7 +24,7 @@ from .case import CaseResult
 from .config import Config, OpConfig
 from .errors import UsageError
 from .generate import generate_inputs
-from .plan import SMALL_PRIMES, CaseSpec, shape_of
+from .plan import CaseSpec, shape_of
 from .store import Store
 from .supervisor import Cancelled, SetupFailed, Worker, WorkerLost
 from .validate import _lost_case, case_timeout, replay_spec
@@ -46,13 +47,15 @@ class MinimizeResult:
         return bool(self.steps)
 
 
+SMALL_FIRST = 6  # values tried one by one before the binary search
+
+
 def _dim_candidates(op: OpConfig, name: str, current: int) -> list[int]:
+    """Every smaller value the dim may take, ascending (candidate lists: their smaller members)."""
     dim = op.dims[name]
     if dim.candidates is not None:
         return sorted(c for c in dim.candidates if c < current)
-    vals = {dim.min, 0, 1, 2, 4, 8, 16, 32, current // 4, current // 2, current - 1, *SMALL_PRIMES}
-    vals |= {(1 << k) + d for k in range(1, 20) for d in (-1, 0, 1)}
-    return sorted(v for v in vals if dim.min <= v < current)
+    return list(range(dim.min, current))
 
 
 def _slice_inputs(op: OpConfig, arrays: dict[str, np.ndarray], dims: dict[str, int]) -> dict[str, np.ndarray] | None:
@@ -169,25 +172,49 @@ def minimize(
         r = trials.run(candidate_spec, candidate_inputs)
         return r if (r.status, r.kind) == target else None
 
+    def attempt(name: str, value: int) -> bool:
+        """Try ``name = value``; on the same failure, make it the new best."""
+        nonlocal best_spec, best_inputs, best
+        dims = dict(best_spec.dims, **{name: value})
+        cut = _slice_inputs(op, best_inputs, dims)
+        if cut is None:
+            return False
+        cand = _spec_with(best_spec, op, dims)
+        r = keeps(cand, cut)
+        if r is None:
+            return False
+        steps.append(f"{name}: {best_spec.dims[name]} -> {value}")
+        if on_step:
+            on_step(steps[-1], trials.count)
+        best_spec, best_inputs, best = cand, cut, r
+        return True
+
+    def shrink(name: str) -> bool:
+        """The smallest values first, then a binary search between the largest that passed and the current one."""
+        current = best_spec.dims[name]
+        values = _dim_candidates(op, name, current)
+        passed = -1  # index into values of the largest value known not to fail the same way
+        for i, value in enumerate(values[:SMALL_FIRST]):
+            if attempt(name, value):
+                return True
+            passed = i
+        lo, hi = passed, len(values)  # values[hi] stands for the current value (fails)
+        shrunk = False
+        while hi - lo > 1 and trials.count < max_trials:
+            mid = (lo + hi) // 2
+            if attempt(name, values[mid]):
+                hi, shrunk = mid, True
+                values = values[: mid + 1]
+            else:
+                lo = mid
+        return shrunk
+
     try:
         changed = True
         while changed and trials.count < max_trials:
             changed = False
             for name in sorted(best_spec.dims, key=lambda d: -best_spec.dims[d]):
-                for value in _dim_candidates(op, name, best_spec.dims[name]):
-                    dims = dict(best_spec.dims, **{name: value})
-                    cut = _slice_inputs(op, best_inputs, dims)
-                    if cut is None:
-                        continue
-                    cand = _spec_with(best_spec, op, dims)
-                    r = keeps(cand, cut)
-                    if r is not None:
-                        steps.append(f"{name}: {best_spec.dims[name]} -> {value}")
-                        if on_step:
-                            on_step(steps[-1], trials.count)
-                        best_spec, best_inputs, best = cand, cut, r
-                        changed = True
-                        break
+                changed |= shrink(name)
         for inp in op.inputs:
             for label, variant in _value_variants(best_inputs[inp.name]):
                 cand_inputs = dict(best_inputs, **{inp.name: variant})
@@ -250,6 +277,6 @@ def store_minimized(store: Store, config: Config, result: MinimizeResult, comman
         minimized_from={k: list(v) for k, v in result.original.spec.shapes.items()},
         minimize_steps=result.steps,
     )
-    store.add_cases(run_id, [case])
+    store.add_cases(run_id, [case], root=config.root)
     store.finish_run(run_id, case.status)
     return run_id

@@ -67,6 +67,18 @@ def _first_bad(r: CaseResult) -> list[int] | None:
     return None
 
 
+def _case_set(o: OpOutcome) -> dict[str, Any]:
+    """Which cases an op ran (first seed, count): error figures compare only between the same cases."""
+    seeds = [c.seed for c in o.cases]
+    return {"first_seed": min(seeds) if seeds else None, "count": len(seeds), "seeds_hash": hash_seeds(seeds)}
+
+
+def hash_seeds(seeds: list[int]) -> str:
+    import hashlib
+
+    return hashlib.sha256(",".join(map(str, sorted(seeds))).encode()).hexdigest()[:16]
+
+
 def op_entry_dict(config: Config, o: OpOutcome) -> dict[str, Any]:
     op = config.op(o.op)
     root = config.root
@@ -87,6 +99,7 @@ def op_entry_dict(config: Config, o: OpOutcome) -> dict[str, Any]:
         "stopped": o.stopped,
         "setup_error": o.setup_error,
         "stats": o.stats(),
+        "cases_run": _case_set(o),
         "location": op_entry(config, op).to_dict(root),
         "source": src.to_dict(root) if src else None,
         "reference_source": ref.to_dict(root) if ref else None,
@@ -172,6 +185,27 @@ def merge_documents(docs: list[dict[str, Any]]) -> dict[str, Any]:
     for d in docs:
         if d.get("schema") != SCHEMA:
             raise ValueError(f"cannot merge a results document of schema {d.get('schema')!r} (expected {SCHEMA})")
+    shards = [d.get("shard") for d in docs]
+    if any(shards):
+        parsed = []
+        for sh in shards:
+            try:
+                k, n = (int(x) for x in str(sh).split("/"))
+            except ValueError:
+                raise ValueError(
+                    f"cannot merge: a document has no shard (shard {sh!r}); merge the shards of one run"
+                ) from None
+            parsed.append((k, n))
+        totals = {n for _, n in parsed}
+        if len(totals) != 1:
+            raise ValueError(f"cannot merge shards of different splits: {sorted(set(shards))}")
+        total = totals.pop()
+        missing = sorted(set(range(1, total + 1)) - {k for k, _ in parsed})
+        if missing:
+            raise ValueError(
+                f"cannot merge: shard(s) {', '.join(f'{k}/{total}' for k in missing)} missing; "
+                "an incomplete merge would pass ops that never ran"
+            )
     base = dict(docs[0])
     seen: dict[tuple[str, str], dict[str, Any]] = {}
     for d in docs:
@@ -219,8 +253,14 @@ def sanitize(obj: Any) -> Any:
     return obj
 
 
-def _row_failure(row: dict[str, Any]) -> dict[str, Any]:
+def _row_failure(row: dict[str, Any], root: Path) -> dict[str, Any]:
     detail = json.loads(row.get("detail") or "{}")
+    file = detail.get("file")
+    if file:
+        try:
+            file = Path(file).resolve().relative_to(root.resolve()).as_posix()
+        except ValueError:
+            pass
     tol = json.loads(row["tolerance"]) if row.get("tolerance") else None
     msg = (row.get("message") or "").strip()
     return {
@@ -241,7 +281,7 @@ def _row_failure(row: dict[str, Any]) -> dict[str, Any]:
         "total": row["total"],
         "tolerance": tol,
         "message": msg.splitlines()[0][:500] if msg else "",
-        "file": detail.get("file"),
+        "file": file,
         "line": detail.get("line"),
         "replay": replay_command(row["op"], row["seed"]),
     }
@@ -268,7 +308,13 @@ def document_from_store(
         if row["kind"] == "op" and row["op"] in names:
             op = config.op(row["op"])
             src, ref = op_source(config, op), reference_source(config, op)
-            fails = [_row_failure(r) for r in store.cases(run_id=row["run_id"], op=row["op"], not_passed=True)]
+            fails = [
+                _row_failure(r, config.root) for r in store.cases(run_id=row["run_id"], op=row["op"], not_passed=True)
+            ]
+            seeds = [
+                r["seed"]
+                for r in store.query("SELECT seed FROM cases WHERE run_id = ? AND op = ?", (row["run_id"], row["op"]))
+            ]
             ops.append(
                 {
                     "name": row["op"],
@@ -292,6 +338,12 @@ def document_from_store(
                     "failures_total": len(fails),
                     "run_id": row["run_id"],
                     "finished_at": row.get("finished_at"),
+                    "mode": detail.get("mode"),
+                    "cases_run": {
+                        "first_seed": min(seeds) if seeds else None,
+                        "count": len(seeds),
+                        "seeds_hash": hash_seeds(seeds),
+                    },
                 }
             )
         elif row["kind"] == "kernel" and include_lint:

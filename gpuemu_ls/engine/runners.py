@@ -159,7 +159,12 @@ class CallableRunner(Runner):
         self.where = f"{code.co_filename}:{code.co_firstlineno}" if code else ref
 
     def call(self, inputs: dict[str, np.ndarray], kwargs: dict[str, Any]) -> dict[str, np.ndarray]:
-        args = [self.adapter.from_numpy(inputs[n]) for n in self.order]
+        args, backs = [], []
+        for name in self.order:  # on a device, the tensor is a copy: write it back so input writes are seen
+            tensor, back = self.adapter.place(inputs[name])
+            args.append(tensor)
+            if back is not None:
+                backs.append(back)
         try:
             value = self.fn(*args, **kwargs)
             value = self.adapter.synchronize(value)
@@ -171,6 +176,9 @@ class CallableRunner(Runner):
             raise CallError(
                 kind, f"{self.who} raised {type(exc).__name__}: {exc}\n{_exception_text(exc)}", file, line
             ) from None
+        finally:
+            for back in backs:
+                back()
         return as_outputs(value, self.adapter, self.who)
 
 

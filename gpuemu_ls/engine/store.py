@@ -280,8 +280,13 @@ class Store:
             )
         )
 
-    def add_cases(self, run_id: str, results: list[CaseResult], *, max_snapshots: int | None = None) -> None:
-        """Store case results; non-passing ones with their input snapshot (up to ``max_snapshots``)."""
+    def add_cases(self, run_id: str, results: list[CaseResult], *, max_snapshots: int | None = None,
+                  root: Path | None = None) -> None:
+        """Store case results; non-passing ones with their input snapshot (up to ``max_snapshots``).
+
+        Files inside the workspace ``root`` are stored relative to it, so a store that travels with
+        its workspace (a CI artifact, a copied folder) still points at the right lines.
+        """
         now = time.time()
         rows = []
         snaps: dict[str, tuple[Any, ...]] = {}
@@ -299,7 +304,7 @@ class Store:
                 "violations": [v.to_dict() for v in r.violations],
                 "features": r.features,
                 "durations": r.durations,
-                "file": r.file,
+                "file": _relative(r.file, root),
                 "line": r.line,
                 "stderr": r.stderr,
                 "spec": r.spec.to_dict(),
@@ -476,6 +481,15 @@ class Store:
 
     def count(self, table: str) -> int:
         return int(self.db.execute(f"SELECT count(*) FROM [{table}]").fetchone()[0])
+
+
+def _relative(file: str | None, root: Path | None) -> str | None:
+    if not file or root is None:
+        return file
+    try:
+        return Path(file).resolve().relative_to(root.resolve()).as_posix()
+    except (ValueError, OSError):
+        return file
 
 
 def _finite(x: Any) -> Any:

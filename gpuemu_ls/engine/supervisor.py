@@ -177,8 +177,10 @@ class Worker:
             how = f"exited with status {code}"
         raise WorkerLost("crash", phase, f"the process {how} during the {phase}", tail)
 
-    def setup(self, root: Path, op: OpConfig, validation: ValidationConfig, timeout: float) -> dict[str, Any]:
-        self.conn.send(("setup", str(root), op, validation, str(root)))
+    def setup(
+        self, root: Path, op: OpConfig, validation: ValidationConfig, timeout: float, calibration: bool = False
+    ) -> dict[str, Any]:
+        self.conn.send(("setup", str(root), op, validation, str(root), calibration))
         msg = self._recv(timeout, ["setup"])
         if msg[0] == "setup_error":
             raise SetupFailed(msg[1])

@@ -198,7 +198,7 @@ def run_op(
     def ready_worker() -> Worker:
         w = workers.get()
         if w.op_name != op.name:
-            w.setup(config.root, op, config.validation, timeout)
+            w.setup(config.root, op, config.validation, timeout, calibration=options.mode == "calibrate")
         return w
 
     for i, spec in enumerate(specs):
@@ -348,7 +348,8 @@ def run_validation(
         outcome.diagnosis = diagnose(outcome, op, config.root)
         if store is not None and run_id is not None and outcome.status != "cancelled":
             with store_lock:
-                store.add_cases(run_id, outcome.cases, max_snapshots=config.validation.max_failure_snapshots)
+                store.add_cases(run_id, outcome.cases, max_snapshots=config.validation.max_failure_snapshots,
+                                root=config.root)
                 if options.mode in VERDICT_MODES:
                     _store_verdict(store, run_id, outcome, options.mode)
         if options.on_op:

@@ -94,10 +94,11 @@ def serve(conn: Connection) -> None:
         if tag == "exit":
             return
         if tag == "setup":
-            _, root, op, validation, cwd = msg
+            _, root, op, validation, cwd, calibration = msg
             try:
                 os.chdir(cwd)
                 ctx = build_context(Path(root), op, validation)
+                ctx.calibration = calibration
                 cpu_seconds = (op.timeout or validation.timeout) * max(1, os.cpu_count() or 1) + 1.0
                 conn.send(("ready", {"op": ctx.op_runner.where, "reference": ctx.ref_runner.where}))
             except CallError as exc:

@@ -34,10 +34,15 @@ class Zygote:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_PARENT, env.get("PYTHONPATH", "")) if p)
         env.setdefault("PYTHONUNBUFFERED", "1")
-        self.proc = subprocess.Popen([sys.executable, "-m", "gpuemu_ls.engine.zygote", str(child.fileno())],
-                                     pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-                                     env=env)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "gpuemu_ls.engine.zygote", str(child.fileno())],
+            pass_fds=(child.fileno(),),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            env=env,
+        )
         child.close()
         self.sock = parent
         self.lock = threading.Lock()  # one spawn request at a time
@@ -81,8 +86,9 @@ class Zygote:
                 if self.closed:
                     raise RuntimeError("the zygote is gone")
                 before = len(self.spawned)
-            socket.send_fds(self.sock, [json.dumps({"op": "spawn", "memory_mb": memory_mb}).encode()],
-                            [channel_fd, log_fd])
+            socket.send_fds(
+                self.sock, [json.dumps({"op": "spawn", "memory_mb": memory_mb}).encode()], [channel_fd, log_fd]
+            )
             with self.cond:
                 if not self.cond.wait_for(lambda: len(self.spawned) > before or self.closed, timeout):
                     raise RuntimeError("the zygote did not answer")

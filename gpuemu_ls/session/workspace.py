@@ -59,11 +59,18 @@ class WorkspaceSession:
         self._data_version: int | None = None
         self.store_error: str | None = None
         self.generation = 0  # config reloads requested (the server skips stale ones)
+        self.saved_config: Config | None = None  # as last read from disk: what a save is compared against
         self.loader: Any = None  # the server's one-thread executor for config reloads
 
     # --- config --------------------------------------------------------------------------
-    def load(self, text: str | None = None) -> bool:
-        """(Re)load the config, from ``text`` (an unsaved buffer) if given; True when it is usable."""
+    def load(self, text: str | None = None, *, saved: bool | None = None) -> bool:
+        """(Re)load the config, from ``text`` (an editor buffer) if given; True when it is usable.
+
+        ``saved`` says whether this is what is on disk now (a save, a disk change): only such loads
+        become ``saved_config``, the state the next save is compared against. By default, a load from
+        disk (no text) is saved, a buffer is not.
+        """
+        saved = text is None if saved is None else saved
         try:
             config = load_config(self.root, text=text)
         except ConfigError as exc:
@@ -77,6 +84,8 @@ class WorkspaceSession:
             self.config = config
             self.problems = []
             self.warnings = list(config.warnings)
+            if saved:
+                self.saved_config = config
         return True
 
     def affected(self, path: Path) -> tuple[list[str], list[str]]:

@@ -1,0 +1,478 @@
+/**
+ * Pure parts of the extension (no `vscode` import, so they are unit-tested under plain Node):
+ * the gpuemu-ls Test Explorer payloads (`gpuemu/discoverOps`, `gpuemu/opState`, `gpuemu/runOps`,
+ * see docs/lsp.md) mapped to a test tree and to test results, the status-bar summary, the server
+ * options sent as `initializationOptions` / `workspace/configuration`, and the arguments of the
+ * reproduce/minimize commands taken from a diagnostic.
+ */
+
+export interface Position {
+  line: number;
+  character: number;
+}
+
+export interface Range {
+  start: Position;
+  end: Position;
+}
+
+/** One op or kernel of `gpuemu/discoverOps`. */
+export interface DiscoverItem {
+  id: string; // "op:NAME" | "kernel:NAME"
+  name: string;
+  kind: "op" | "kernel";
+  uri: string; // gpuemu.toml
+  range: Range; // the [[ops]] / [[kernels]] entry
+  sourceUri?: string | null;
+  sourceRange?: Range | null;
+  status?: string; // passed | failed | error | not_run | unknown
+  message?: string;
+  diagnosis?: string;
+  running?: boolean;
+}
+
+export interface DiscoverWorkspace {
+  root: string;
+  uri: string;
+  config: string; // gpuemu.toml uri
+  configError?: string[];
+  trusted?: boolean;
+  items: DiscoverItem[];
+}
+
+export interface DiscoverResult {
+  workspaces: DiscoverWorkspace[];
+}
+
+/** A failing case in `gpuemu/opState` (ops), or a lint finding (kernels). */
+export interface Failure {
+  seed?: number;
+  status?: string;
+  kind?: string;
+  dtype?: string;
+  shapes?: Record<string, number[]>;
+  layout?: string;
+  distribution?: string;
+  maxAbs?: number | null;
+  tolerance?: number[] | null;
+  message?: string | null;
+  replay?: string;
+  // lint findings
+  file?: string | null;
+  line?: number | null;
+  code?: string | null;
+}
+
+export type OpStateName =
+  | "queued"
+  | "running"
+  | "passed"
+  | "failed"
+  | "error"
+  | "not_run"
+  | "cancelled"
+  | "errored";
+
+/** The `gpuemu/opState` notification. */
+export interface OpState {
+  workspace: string;
+  id: string;
+  name: string;
+  kind: "op" | "kernel";
+  state: OpStateName | string;
+  done?: number;
+  total?: number;
+  failedCases?: number;
+  message?: string;
+  diagnosis?: string;
+  cases?: number;
+  failures?: Failure[];
+  lastFailure?: Failure;
+}
+
+export interface RunOpsResult {
+  results: { id: string; name: string; workspace: string; status: string; message?: string; diagnosis?: string }[];
+  error?: string;
+}
+
+// ------------------------------------------------------------------------------------------
+// Test tree
+
+/** Test item id of an op or kernel: unique across workspaces. */
+export function itemKey(workspace: string, id: string): string {
+  return `${workspace}::${id}`;
+}
+
+/** Test item id of a workspace (a folder holding gpuemu.toml). */
+export function workspaceKey(root: string): string {
+  return `workspace:${root}`;
+}
+
+export interface TreeLeaf {
+  key: string;
+  id: string; // op:NAME / kernel:NAME
+  workspace: string;
+  label: string;
+  description?: string;
+  kind: "op" | "kernel";
+  uri: string;
+  range: Range;
+  sourceUri?: string;
+  sourceRange?: Range;
+  status: string;
+  message: string;
+  diagnosis: string;
+  running: boolean;
+  sortText: string;
+}
+
+export interface TreeWorkspace {
+  key: string;
+  root: string;
+  label: string;
+  description: string;
+  uri: string; // gpuemu.toml
+  error?: string;
+  trusted: boolean;
+  children: TreeLeaf[];
+}
+
+export interface Folder {
+  name: string;
+  path: string; // fsPath
+}
+
+function trimSlash(p: string): string {
+  return p.length > 1 ? p.replace(/[\\/]+$/, "") : p;
+}
+
+/** A workspace's label: its path relative to the VS Code folder holding it, or its folder name. */
+export function workspaceLabel(root: string, folders: Folder[]): string {
+  const r = trimSlash(root);
+  let best: Folder | undefined;
+  for (const f of folders) {
+    const fp = trimSlash(f.path);
+    if ((r === fp || r.startsWith(fp + "/") || r.startsWith(fp + "\\")) && (!best || fp.length > best.path.length)) {
+      best = { name: f.name, path: fp };
+    }
+  }
+  if (best) {
+    const rel = r.slice(best.path.length).replace(/^[\\/]+/, "");
+    return rel ? (folders.length > 1 ? `${best.name}/${rel}` : rel) : best.name;
+  }
+  const parts = r.split(/[\\/]/).filter(Boolean);
+  return parts[parts.length - 1] ?? r;
+}
+
+/** The test tree of a discoverOps answer: workspace -> ops (in gpuemu.toml order), then kernels. */
+export function buildTree(result: DiscoverResult | null | undefined, folders: Folder[]): TreeWorkspace[] {
+  const out: TreeWorkspace[] = [];
+  for (const ws of result?.workspaces ?? []) {
+    const children: TreeLeaf[] = ws.items.map((it, i) => ({
+      key: itemKey(ws.root, it.id),
+      id: it.id,
+      workspace: ws.root,
+      label: it.name,
+      description: it.kind === "kernel" ? "kernel" : undefined,
+      kind: it.kind,
+      uri: it.uri,
+      range: it.range,
+      sourceUri: it.sourceUri ?? undefined,
+      sourceRange: it.sourceRange ?? undefined,
+      status: it.status ?? "unknown",
+      message: it.message ?? "",
+      diagnosis: it.diagnosis ?? "",
+      running: !!it.running,
+      sortText: `${it.kind === "op" ? "0" : "1"}${String(i).padStart(5, "0")}`,
+    }));
+    const errors = ws.configError ?? [];
+    out.push({
+      key: workspaceKey(ws.root),
+      root: ws.root,
+      label: workspaceLabel(ws.root, folders),
+      description: "gpuemu.toml",
+      uri: ws.config,
+      error: errors.length ? errors.join("\n") : undefined,
+      trusted: ws.trusted !== false,
+      children,
+    });
+  }
+  out.sort((a, b) => a.label.localeCompare(b.label));
+  return out;
+}
+
+// ------------------------------------------------------------------------------------------
+// Results
+
+export type OutcomeType = "enqueued" | "started" | "passed" | "failed" | "errored" | "skipped";
+
+export interface MessageSpec {
+  text: string;
+  /** "source": at the op's function/script; "entry": at its gpuemu.toml entry; or an explicit file/line. */
+  at: "source" | "entry" | { file: string; line: number };
+}
+
+export interface Outcome {
+  type: OutcomeType;
+  terminal: boolean;
+  messages: MessageSpec[];
+  /** A line for the run's output (Test Results terminal), without line ending. */
+  output?: string;
+}
+
+const TERMINAL = new Set(["passed", "failed", "error", "errored", "not_run", "cancelled"]);
+
+export function isTerminal(state: string): boolean {
+  return TERMINAL.has(state);
+}
+
+function shapesText(shapes: Record<string, number[]> | undefined): string {
+  if (!shapes) return "";
+  return Object.entries(shapes)
+    .map(([k, v]) => `${k}=[${v.join(", ")}]`)
+    .join(" ");
+}
+
+function num(x: number | null | undefined): string {
+  if (x === null || x === undefined || !Number.isFinite(x)) return String(x);
+  return Math.abs(x) >= 1e-3 && Math.abs(x) < 1e4 ? String(Number(x.toPrecision(3))) : x.toExponential(2);
+}
+
+/** One failing case as text: kind, seed, dtype, shapes, layout, distribution, error, replay. */
+export function formatFailure(f: Failure, op?: string): string {
+  if (f.seed === undefined && (f.file || f.code)) {
+    const where = f.file ? `${f.file}${f.line ? `:${f.line}` : ""}: ` : "";
+    return `${where}${f.code ? `[${f.code}] ` : ""}${f.message ?? ""}`.trim();
+  }
+  const head = [
+    `${op ? op + " " : ""}[${f.kind ?? f.status ?? "failed"}]`,
+    f.seed !== undefined ? `seed=${f.seed}` : "",
+    f.dtype ? `dtype=${f.dtype}` : "",
+    shapesText(f.shapes),
+    f.layout ? `layout=${f.layout}` : "",
+    f.distribution ? `dist=${f.distribution}` : "",
+  ]
+    .filter(Boolean)
+    .join(" ");
+  const parts = [head];
+  if (f.message) parts.push(f.message);
+  else if (f.maxAbs !== undefined && f.maxAbs !== null) {
+    const tol = f.tolerance && f.tolerance.length >= 2 ? ` vs atol=${num(f.tolerance[0])} rtol=${num(f.tolerance[1])}` : "";
+    parts.push(`max abs err ${num(f.maxAbs)}${tol}`);
+  }
+  let text = parts.join(": ");
+  if (f.replay) text += `\nreplay: ${f.replay}`;
+  return text;
+}
+
+/** The summary line of an op result: its message and diagnosis. */
+export function summaryText(state: { name: string; state: string; message?: string; diagnosis?: string }): string {
+  const lines = [`${state.name}: ${state.state.replace("_", " ")}${state.message ? ` - ${state.message}` : ""}`];
+  if (state.diagnosis) lines.push(`diagnosis: ${state.diagnosis}`);
+  return lines.join("\n");
+}
+
+/** How many failing cases become separate test messages. */
+export const MAX_MESSAGES = 5;
+
+/** A `gpuemu/opState` notification (or a runOps/discover result dressed as one) -> a test result. */
+export function stateToOutcome(s: OpState): Outcome {
+  const failures = s.failures ?? [];
+  switch (s.state) {
+    case "queued":
+      return { type: "enqueued", terminal: false, messages: [] };
+    case "running": {
+      const out: Outcome = { type: "started", terminal: false, messages: [] };
+      if (s.lastFailure) out.output = formatFailure(s.lastFailure, s.name).split("\n")[0];
+      return out;
+    }
+    case "passed":
+      return {
+        type: "passed",
+        terminal: true,
+        messages: [],
+        output: `PASS ${s.name}${s.cases !== undefined ? ` (${s.cases} cases)` : ""}${s.message ? `: ${s.message}` : ""}`,
+      };
+    case "failed":
+    case "error":
+    case "errored":
+    case "not_run": {
+      const summary = summaryText(s);
+      const messages: MessageSpec[] = [];
+      if (s.kind === "kernel") {
+        const located = failures.filter((f) => f.file && f.line);
+        messages.push({ text: summary, at: "source" });
+        for (const f of located.slice(0, MAX_MESSAGES)) {
+          messages.push({ text: formatFailure(f), at: { file: f.file as string, line: f.line as number } });
+        }
+      } else if (failures.length) {
+        messages.push({ text: `${summary}\n\n${formatFailure(failures[0], s.name)}`, at: "source" });
+        for (const f of failures.slice(1, MAX_MESSAGES)) messages.push({ text: formatFailure(f, s.name), at: "source" });
+        if (failures.length > MAX_MESSAGES) {
+          messages.push({
+            text: `${failures.length - MAX_MESSAGES} more failing case(s): gpuemu failures --op ${s.name}`,
+            at: "entry",
+          });
+        }
+      } else {
+        const text =
+          s.state === "not_run" && !s.message ? `${s.name}: not run (nothing runnable here counts as a failure)` : summary;
+        messages.push({ text, at: "source" });
+      }
+      const type: OutcomeType = s.state === "failed" ? "failed" : "errored";
+      const counts =
+        s.cases !== undefined ? ` (${s.cases - (s.failedCases ?? failures.length)}/${s.cases} cases passed)` : "";
+      return {
+        type,
+        terminal: true,
+        messages,
+        output: `${s.state.toUpperCase()} ${s.name}${counts}${s.message ? `: ${s.message}` : ""}`,
+      };
+    }
+    case "cancelled":
+      return { type: "skipped", terminal: true, messages: [], output: `CANCELLED ${s.name}` };
+    default:
+      return { type: "errored", terminal: true, messages: [{ text: `${s.name}: unknown state ${s.state}`, at: "source" }] };
+  }
+}
+
+/** Statuses of discoverOps / runOps as an OpState (for results known without a notification). */
+export function statusAsState(
+  workspace: string,
+  item: { id: string; name: string; kind?: "op" | "kernel"; status: string; message?: string; diagnosis?: string },
+): OpState {
+  return {
+    workspace,
+    id: item.id,
+    name: item.name,
+    kind: item.kind ?? (item.id.startsWith("kernel:") ? "kernel" : "op"),
+    state: item.status,
+    message: item.message,
+    diagnosis: item.diagnosis,
+  };
+}
+
+/**
+ * Live state per op from `gpuemu/opState`. The server runs one job per op; every job sends
+ * `queued` first and exactly one terminal state last, and a new save supersedes (cancels) the
+ * running job of the same op, whose `cancelled` may arrive after its successor's `queued`. Counting
+ * the jobs in flight tells a superseded `cancelled` (ignored) from a real end of the op's run.
+ */
+export class JobTracker {
+  private readonly inFlight = new Map<string, number>();
+
+  /** `superseded`: nothing to show; `done`: the op's last job ended; `state`: what to display. */
+  update(s: OpState): { key: string; superseded: boolean; done: boolean; state: string } {
+    const key = itemKey(s.workspace, s.id);
+    let jobs = this.inFlight.get(key) ?? 0;
+    if (s.state === "queued") jobs += 1;
+    else if (isTerminal(s.state)) jobs = Math.max(0, jobs - 1);
+    if (jobs) this.inFlight.set(key, jobs);
+    else this.inFlight.delete(key);
+    const terminal = isTerminal(s.state);
+    const superseded = s.state === "cancelled" && jobs > 0;
+    return { key, superseded, done: terminal && jobs === 0, state: terminal && jobs > 0 ? "running" : s.state };
+  }
+
+  busy(key: string): boolean {
+    return (this.inFlight.get(key) ?? 0) > 0;
+  }
+}
+
+// ------------------------------------------------------------------------------------------
+// Status bar
+
+export interface StatusSummary {
+  text: string;
+  tooltip: string;
+  running: number;
+  failed: number;
+}
+
+const BAD = new Set(["failed", "error", "errored", "not_run"]);
+
+/** idle / running N / N failed, from the latest state of each op and kernel. */
+export function statusSummary(states: Iterable<string>, extra?: { trusted?: boolean; serverState?: string }): StatusSummary {
+  let running = 0;
+  let failed = 0;
+  let total = 0;
+  for (const s of states) {
+    total += 1;
+    if (s === "queued" || s === "running") running += 1;
+    else if (BAD.has(s)) failed += 1;
+  }
+  if (extra?.serverState && extra.serverState !== "running") {
+    return {
+      text: `$(circle-slash) gpuemu: ${extra.serverState}`,
+      tooltip: `gpuemu-ls is ${extra.serverState}; click for the server log`,
+      running,
+      failed,
+    };
+  }
+  const restricted = extra?.trusted === false ? " (restricted)" : "";
+  let text: string;
+  if (running > 0) text = `$(sync~spin) gpuemu: running ${running}`;
+  else if (failed > 0) text = `$(error) gpuemu: ${failed} failed`;
+  else text = `$(beaker) gpuemu: idle`;
+  const tooltip =
+    `gpuemu-ls${restricted}: ${total} ops/kernels, ${running} running, ${failed} failed` +
+    (extra?.trusted === false ? "\nUntrusted workspace: only configuration diagnostics, nothing runs." : "") +
+    "\nClick to show failures.";
+  return { text: text + (restricted ? " $(shield)" : ""), tooltip, running, failed };
+}
+
+// ------------------------------------------------------------------------------------------
+// Server options
+
+export type ConfigGetter = (key: string) => unknown;
+
+/** The server's options (docs/lsp.md) from the `gpuemu` settings section, plus workspace trust. */
+export function serverSettings(get: ConfigGetter, trusted: boolean): Record<string, unknown> {
+  const str = (v: unknown) => (typeof v === "string" && v.trim() !== "" ? v : null);
+  const pos = (v: unknown) => (typeof v === "number" && Number.isInteger(v) && v > 0 ? v : null);
+  const out: Record<string, unknown> = { trusted };
+  const mode = get("mode");
+  if (mode !== undefined && mode !== null) out.mode = mode;
+  for (const key of ["onSave", "onOpen", "lint"]) {
+    const v = get(key);
+    if (typeof v === "boolean") out[key] = v;
+  }
+  out.iterations = pos(get("iterations"));
+  const jobs = pos(get("jobs"));
+  if (jobs !== null) out.jobs = jobs;
+  out.storePath = str(get("storePath"));
+  return out;
+}
+
+// ------------------------------------------------------------------------------------------
+// Diagnostics -> reproduce / minimize arguments
+
+export interface FailureTarget {
+  workspace?: string;
+  op: string;
+  seed: number;
+}
+
+/** `{workspace, op, seed}` of a gpuemu diagnostic (from its `data`, else parsed from its message). */
+export function failureTarget(diag: { source?: string; message: string; data?: unknown }): FailureTarget | undefined {
+  if (diag.source !== undefined && diag.source !== "gpuemu") return undefined;
+  const data = diag.data as Record<string, unknown> | undefined;
+  if (data && typeof data === "object" && typeof data.op === "string" && typeof data.seed === "number") {
+    if (data.kind !== undefined && data.kind !== "op") return undefined;
+    return {
+      workspace: typeof data.workspace === "string" ? data.workspace : undefined,
+      op: data.op,
+      seed: data.seed,
+    };
+  }
+  const seed = /\bseed[= ](\d+)/.exec(diag.message);
+  const op = /^([A-Za-z_][\w.-]*)\b/.exec(diag.message);
+  if (seed && op) return { op: op[1], seed: Number(seed[1]) };
+  return undefined;
+}
+
+/** Whether `pos` lies in `range` (inclusive ends, as VS Code's Range.contains). */
+export function rangeContains(range: Range, pos: Position): boolean {
+  const before = (a: Position, b: Position) => a.line < b.line || (a.line === b.line && a.character <= b.character);
+  return before(range.start, pos) && before(pos, range.end);
+}

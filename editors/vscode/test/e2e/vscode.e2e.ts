@@ -1,0 +1,543 @@
+/**
+ * End-to-end test of the packaged extension in real VS Code: code-server 4.100.3 (Code 1.100.3)
+ * driven with playwright-core in headless Chromium, on a copy of examples/buggy.
+ *
+ * Asserts, with a screenshot of each under the artifacts folder:
+ *   1. opening and saving softmax_tail_mask.py puts an error squiggle on `def softmax_tail_mask`
+ *   2. the Problems panel lists the failure with seed, dtype and shape
+ *   3. the Quick Fix menu offers "Reproduce failure of softmax_tail_mask (seed N)", and choosing it
+ *      opens .gpuemu/repro/softmax_tail_mask_N.py in an editor tab
+ *   4. after "gpuemu: Run All Ops", the Testing view lists every op with pass and fail icons
+ *
+ * Environment: CODE_SERVER_DIR (install dir of tools/install-code-server.sh), GPUEMU_E2E_SERVER
+ * (gpuemu-ls, default: the repo's .venv/bin/gpuemu-ls), GPUEMU_E2E_VSIX (default: gpuemu.vsix),
+ * GPUEMU_E2E_ARTIFACTS (default: editors/vscode/test-artifacts), CHROMIUM (/usr/bin/chromium).
+ */
+import { ChildProcess, execFileSync, spawn } from "node:child_process";
+import * as fs from "node:fs";
+import * as net from "node:net";
+import * as os from "node:os";
+import * as path from "node:path";
+import { Browser, Locator, Page, chromium } from "playwright-core";
+
+const EXT = path.resolve(__dirname, "..", "..");
+const REPO = path.resolve(EXT, "..", "..");
+const CODE_SERVER_DIR = process.env.CODE_SERVER_DIR ?? path.join(EXT, ".e2e", "code-server");
+const ENTRY = path.join(CODE_SERVER_DIR, "node_modules", "code-server", "out", "node", "entry.js");
+const SERVER = process.env.GPUEMU_E2E_SERVER ?? path.join(REPO, ".venv", "bin", "gpuemu-ls");
+const VSIX = process.env.GPUEMU_E2E_VSIX ?? path.join(EXT, "gpuemu.vsix");
+const ARTIFACTS = process.env.GPUEMU_E2E_ARTIFACTS ?? path.join(EXT, "test-artifacts");
+const CHROMIUM = process.env.CHROMIUM ?? "/usr/bin/chromium";
+const CHROMIUM_ARGS = [
+  "--headless",
+  "--no-sandbox",
+  "--disable-gpu",
+  "--disable-background-networking",
+  "--disable-component-update",
+  "--disable-sync",
+  "--no-first-run",
+  "--disable-quic",
+];
+const OP = "softmax_tail_mask";
+const FILE = `${OP}.py`;
+
+interface StepResult {
+  name: string;
+  ok: boolean;
+  seconds: number;
+  detail?: string;
+  error?: string;
+}
+
+const results: StepResult[] = [];
+const t0 = Date.now();
+let currentPage: Page | undefined;
+
+function log(msg: string): void {
+  process.stdout.write(`[e2e ${((Date.now() - t0) / 1000).toFixed(1).padStart(6)}s] ${msg}\n`);
+}
+
+async function step(name: string, fn: () => Promise<string | void>): Promise<boolean> {
+  const start = Date.now();
+  log(`${name} ...`);
+  try {
+    const detail = (await fn()) ?? undefined;
+    results.push({ name, ok: true, seconds: (Date.now() - start) / 1000, detail });
+    log(`ok: ${name}${detail ? ` (${detail})` : ""}`);
+    return true;
+  } catch (err) {
+    const error = err instanceof Error ? err.message : String(err);
+    results.push({ name, ok: false, seconds: (Date.now() - start) / 1000, error });
+    log(`FAILED: ${name}: ${error}`);
+    if (currentPage) {
+      await currentPage
+        .screenshot({ path: path.join(ARTIFACTS, `failed-step-${results.length}.png`) })
+        .catch(() => undefined);
+    }
+    return false;
+  }
+}
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = net.createServer();
+    srv.listen(0, "127.0.0.1", () => {
+      const port = (srv.address() as net.AddressInfo).port;
+      srv.close(() => resolve(port));
+    });
+    srv.on("error", reject);
+  });
+}
+
+async function waitFor<T>(what: string, fn: () => Promise<T | undefined | false>, timeoutMs: number, everyMs = 250): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  let last: unknown;
+  while (Date.now() < deadline) {
+    try {
+      const v = await fn();
+      if (v !== undefined && v !== false) return v as T;
+    } catch (err) {
+      last = err;
+    }
+    await new Promise((r) => setTimeout(r, everyMs));
+  }
+  throw new Error(`timed out after ${timeoutMs / 1000}s waiting for ${what}${last ? ` (last error: ${String(last)})` : ""}`);
+}
+
+function copyWorkspace(dest: string): void {
+  fs.cpSync(path.join(REPO, "examples", "buggy"), dest, {
+    recursive: true,
+    filter: (src) => !src.split(path.sep).includes(".gpuemu") && !src.includes("__pycache__"),
+  });
+}
+
+async function shot(page: Page, name: string, target?: Locator): Promise<string> {
+  const file = path.join(ARTIFACTS, name);
+  if (target) await target.screenshot({ path: file });
+  else await page.screenshot({ path: file });
+  return file;
+}
+
+async function command(page: Page, title: string): Promise<void> {
+  await page.keyboard.press("F1");
+  const input = page.locator(".quick-input-widget input");
+  await input.waitFor({ state: "visible", timeout: 10_000 });
+  await input.fill(`>${title}`);
+  const row = page.locator(".quick-input-widget .monaco-list-row", { hasText: title }).first();
+  await row.waitFor({ state: "visible", timeout: 10_000 });
+  await page.waitForTimeout(200);
+  await page.keyboard.press("Enter");
+}
+
+async function gotoLine(page: Page, line: number, column = 1): Promise<void> {
+  await page.keyboard.press("Control+G");
+  const input = page.locator(".quick-input-widget input");
+  await input.waitFor({ state: "visible", timeout: 10_000 });
+  await input.fill(`:${line}:${column}`);
+  await page.waitForTimeout(200);
+  await page.keyboard.press("Enter");
+  await page.waitForTimeout(300);
+}
+
+/** Results of OP stored by runs the server started on a save (runs.command = "gpuemu-ls (save)"). */
+function saveRuns(ws: string): number {
+  const db = path.join(ws, ".gpuemu", "gpuemu.db");
+  if (!fs.existsSync(db)) return 0;
+  const script = [
+    "import sqlite3, sys",
+    "c = sqlite3.connect('file:' + sys.argv[1] + '?mode=ro', uri=True, timeout=5)",
+    "q = \"select count(*) from op_results r join runs u on u.id = r.run_id where r.op = ? and u.command like '%(save)%' and r.finished_at is not null\"",
+    "print(c.execute(q, (sys.argv[2],)).fetchone()[0])",
+  ].join("\n");
+  try {
+    return Number(execFileSync("python3", ["-c", script, db, OP], { encoding: "utf8", timeout: 20_000 }).trim());
+  } catch {
+    return 0;
+  }
+}
+
+/** A fresh user-data-dir: settings for a quiet workbench, the server under test, quick mode. */
+function writeUserData(dir: string, trustPrompt: boolean): void {
+  fs.mkdirSync(path.join(dir, "User"), { recursive: true });
+  const settings = {
+    "gpuemu.server.command": SERVER,
+    "gpuemu.mode": "quick",
+    "security.workspace.trust.enabled": trustPrompt,
+    "security.workspace.trust.startupPrompt": "always",
+    "security.workspace.trust.emptyWindow": false,
+    "workbench.startupEditor": "none",
+    "workbench.tips.enabled": false,
+    "workbench.enableExperiments": false,
+    "workbench.secondarySideBar.defaultVisibility": "hidden",
+    "chat.commandCenter.enabled": false,
+    "chat.disableAIFeatures": true,
+    "extensions.autoCheckUpdates": false,
+    "extensions.autoUpdate": false,
+    "extensions.ignoreRecommendations": true,
+    "telemetry.telemetryLevel": "off",
+    "update.mode": "none",
+    "editor.minimap.enabled": false,
+    "editor.codeLens": true,
+    "window.commandCenter": false,
+    "testing.automaticallyOpenPeekView": "never",
+    "testing.openTesting": "neverOpen",
+    "files.autoSave": "off",
+    "git.enabled": false,
+  };
+  fs.writeFileSync(path.join(dir, "User", "settings.json"), JSON.stringify(settings, null, 2));
+  // code-server is a remote window: machine-scoped settings (gpuemu.server.*) come from the
+  // remote machine's settings, not from the user settings
+  fs.mkdirSync(path.join(dir, "Machine"), { recursive: true });
+  fs.writeFileSync(
+    path.join(dir, "Machine", "settings.json"),
+    JSON.stringify({ "gpuemu.server.command": SERVER, "gpuemu.mode": "quick" }, null, 2),
+  );
+}
+
+async function main(): Promise<number> {
+  fs.mkdirSync(ARTIFACTS, { recursive: true });
+  for (const f of fs.readdirSync(ARTIFACTS)) fs.rmSync(path.join(ARTIFACTS, f), { recursive: true, force: true });
+  for (const [what, p] of [
+    ["code-server (run scripts/e2e.sh to install it)", ENTRY],
+    ["the .vsix (npm run package)", VSIX],
+    ["gpuemu-ls", SERVER],
+    ["chromium", CHROMIUM],
+  ]) {
+    if (!fs.existsSync(p)) throw new Error(`missing ${what}: ${p}`);
+  }
+  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "gpuemu-vscode-e2e-"));
+  const ws = path.join(tmp, "buggy");
+  const userData = path.join(tmp, "user-data");
+  const extDir = path.join(tmp, "extensions");
+  copyWorkspace(ws);
+  writeUserData(userData, false);
+  const configYaml = path.join(tmp, "code-server.yaml");
+  fs.writeFileSync(configYaml, "auth: none\ncert: false\n");
+  const base = ["--config", configYaml, "--user-data-dir", userData, "--extensions-dir", extDir];
+  const servers: ChildProcess[] = [];
+  const startCodeServer = async (dataDir: string, folder: string, trust: boolean, logName: string): Promise<string> => {
+    const port = await freePort();
+    const url = `http://127.0.0.1:${port}`;
+    const logFd = fs.openSync(path.join(ARTIFACTS, logName), "w");
+    const args = [ENTRY, "--config", configYaml, "--user-data-dir", dataDir, "--extensions-dir", extDir, "--auth", "none",
+      "--bind-addr", `127.0.0.1:${port}`, "--disable-telemetry", "--disable-update-check", "--disable-getting-started-override",
+      "--ignore-last-opened", ...(trust ? ["--disable-workspace-trust"] : []), folder];
+    const proc = spawn(process.execPath, args, {
+      stdio: ["ignore", logFd, logFd],
+      env: { ...process.env, GPUEMU_USER_CONFIG: path.join(tmp, "no-user-config.toml") },
+    });
+    servers.push(proc);
+    await waitFor("code-server /healthz", async () => (await fetch(`${url}/healthz`)).ok, 60_000, 500);
+    return url;
+  };
+
+  let browser: Browser | undefined;
+  try {
+    const installed = await step("install the .vsix with code-server --install-extension", async () => {
+      const out = execFileSync(process.execPath, [ENTRY, ...base, "--install-extension", VSIX, "--force"], {
+        encoding: "utf8",
+        timeout: 120_000,
+      });
+      const list = execFileSync(process.execPath, [ENTRY, ...base, "--list-extensions", "--show-versions"], {
+        encoding: "utf8",
+        timeout: 60_000,
+      });
+      if (!/gpuemu\.gpuemu@/.test(list)) throw new Error(`not installed: ${out}\n${list}`);
+      return list.trim();
+    });
+    if (!installed) return 1;
+
+    let url = "";
+    await step("start code-server", async () => {
+      url = await startCodeServer(userData, ws, true, "code-server.log");
+      return url;
+    });
+
+    browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS, headless: true });
+    const context = await browser.newContext({ viewport: { width: 1600, height: 1000 } });
+    const page = await context.newPage();
+    currentPage = page;
+    page.on("pageerror", (e) => log(`page error: ${e.message}`));
+
+    await step("open the workspace in VS Code (code-server)", async () => {
+      await page.goto(`${url}/?folder=${encodeURIComponent(ws)}`);
+      await page.locator(".monaco-workbench").waitFor({ state: "visible", timeout: 90_000 });
+      await page.locator(".explorer-folders-view .monaco-list-row", { hasText: "gpuemu.toml" }).first().waitFor({ timeout: 60_000 });
+      // the extension activates on workspaceContains:**/gpuemu.toml and shows its status item
+      await page.locator(".statusbar-item", { hasText: "gpuemu" }).first().waitFor({ timeout: 60_000 });
+      return (await page.locator(".statusbar-item", { hasText: "gpuemu" }).first().innerText()).trim();
+    });
+
+    const squiggle = await step(`open and save ${FILE}: an error squiggle on def ${OP}`, async () => {
+      await page.keyboard.press("Control+P");
+      const input = page.locator(".quick-input-widget input");
+      await input.waitFor({ state: "visible", timeout: 10_000 });
+      await input.fill(FILE);
+      await page.locator(".quick-input-widget .monaco-list-row", { hasText: FILE }).first().waitFor({ timeout: 10_000 });
+      await page.keyboard.press("Enter");
+      const editor = page.locator(".editor-instance .monaco-editor").first();
+      await editor.waitFor({ state: "visible", timeout: 20_000 });
+      await page.locator(".tab.active", { hasText: FILE }).waitFor({ timeout: 20_000 });
+      const defLine = fs.readFileSync(path.join(ws, FILE), "utf8").split("\n").findIndex((l) => l.startsWith(`def ${OP}(`)) + 1;
+      if (defLine <= 0) throw new Error(`no def ${OP} in ${FILE}`);
+      const line = editor.locator(".view-line", { hasText: `def ${OP}(` }).first();
+      const squiggleOnDef = async () => {
+        const lb = await line.boundingBox();
+        if (!lb) return undefined;
+        for (const sq of await editor.locator(".squiggly-error").all()) {
+          const b = await sq.boundingBox();
+          if (b && Math.abs(b.y + b.height / 2 - (lb.y + lb.height / 2)) < lb.height && b.width > 20) return { lb, b };
+        }
+        return undefined;
+      };
+      // opening validates the file's ops (no stored result newer than the file)
+      await gotoLine(page, defLine, 5);
+      await waitFor("a squiggle on the def line after opening", squiggleOnDef, 180_000, 500);
+      // a real edit (a trailing newline), then save: didSave -> a new validation of the file's ops
+      const saveRunsBefore = saveRuns(ws);
+      await editor.locator(".view-lines").click();
+      await page.keyboard.press("Control+End");
+      await page.keyboard.press("Enter");
+      await page.keyboard.press("Control+S");
+      await page.locator(".tab.active.dirty").waitFor({ state: "detached", timeout: 10_000 });
+      await waitFor("the validation started by the save, finished in the store", async () => saveRuns(ws) > saveRunsBefore, 180_000, 500);
+      await gotoLine(page, defLine, 5);
+      const hit = await waitFor("a .squiggly-error decoration on the def line after saving", squiggleOnDef, 60_000, 500);
+      // the squiggle covers the function name (after "def "), not the whole line
+      const name = line.locator("span > span", { hasText: new RegExp(`^${OP}$`) }).first();
+      const nb = await name.boundingBox();
+      if (!nb) throw new Error(`no token ${OP} on the def line`);
+      if (Math.abs(hit.b.x - nb.x) > 4 || Math.abs(hit.b.x + hit.b.width - (nb.x + nb.width)) > 4) {
+        throw new Error(`squiggle spans x=${hit.b.x}..${hit.b.x + hit.b.width}, the name ${nb.x}..${nb.x + nb.width}`);
+      }
+      // the code lens shows the finished result, not "queued"/"running"
+      await waitFor(
+        "the code lens above the def to show the saved run's result",
+        async () => {
+          const lenses = (await editor.locator(".contentWidgets .codelens-decoration, .codelens-decoration").allInnerTexts()).join(" | ");
+          return lenses.includes(`gpuemu ${OP}:`) && !/queued|running/.test(lenses) ? lenses : undefined;
+        },
+        60_000,
+        500,
+      ).catch(() => undefined);
+      await page.mouse.move(5, 5);
+      await page.waitForTimeout(300);
+      await shot(page, "1-squiggle.png");
+      return `line ${defLine}, under the name ${OP} (${Math.round(hit.b.width)}px); ${saveRuns(ws) - saveRunsBefore} save-triggered run(s) of ${OP}`;
+    });
+
+    await step("the Problems panel lists the failure with seed, dtype and shape", async () => {
+      await page.keyboard.press("Control+Shift+M");
+      const panel = page.locator(".markers-panel");
+      await panel.waitFor({ state: "visible", timeout: 20_000 });
+      const row = await waitFor(
+        "a Problems entry of softmax_tail_mask with seed, dtype and shape",
+        async () => {
+          for (const r of await panel.locator(".monaco-list-row").all()) {
+            const text = (await r.innerText()).replace(/\s+/g, " ");
+            if (text.includes(OP) && /seed \d+/.test(text) && /float32/.test(text) && /x=\[\d+, \d+\]/.test(text)) return text;
+          }
+          return undefined;
+        },
+        60_000,
+      );
+      await shot(page, "2-problems.png");
+      return row.slice(0, 200);
+    });
+
+    let reproName = "";
+    await step("the Quick Fix menu offers Reproduce, which opens .gpuemu/repro/...py", async () => {
+      if (!squiggle) throw new Error("no squiggle to put the cursor on");
+      const editor = page.locator(".editor-instance .monaco-editor").first();
+      await editor.locator(".view-lines").click();
+      const defLine = fs.readFileSync(path.join(ws, FILE), "utf8").split("\n").findIndex((l) => l.startsWith(`def ${OP}(`)) + 1;
+      await gotoLine(page, defLine, 8);
+      const menu = page.locator(".action-widget");
+      const item = menu.locator(".monaco-list-row", { hasText: `Reproduce failure of ${OP}` }).first();
+      await waitFor(
+        "the Quick Fix menu with 'Reproduce failure'",
+        async () => {
+          if (!(await menu.isVisible())) {
+            await page.keyboard.press("Control+.");
+            await page.waitForTimeout(1500);
+          }
+          if (await item.isVisible()) return true;
+          await page.keyboard.press("Escape");
+          return undefined;
+        },
+        60_000,
+        500,
+      );
+      const titles = (await menu.locator(".monaco-list-row").allInnerTexts()).map((t) => t.trim());
+      await shot(page, "3-quick-fix.png");
+      const seed = /seed (\d+)/.exec(await item.innerText())?.[1];
+      // choose it with the keyboard (the menu's pointer block swallows synthetic clicks)
+      for (let i = 0; i < 10 && !((await menu.locator(".monaco-list-row.focused").innerText().catch(() => "")).includes("Reproduce")); i++) {
+        await page.keyboard.press("ArrowDown");
+        await page.waitForTimeout(100);
+      }
+      await page.keyboard.press("Enter");
+      reproName = `${OP}_${seed}.py`;
+      await page.locator(".tab", { hasText: reproName }).first().waitFor({ state: "visible", timeout: 120_000 });
+      const file = path.join(ws, ".gpuemu", "repro", reproName);
+      if (!fs.existsSync(file)) throw new Error(`${file} does not exist`);
+      await page.waitForTimeout(500);
+      await shot(page, "4-repro-tab.png");
+      return `menu: ${titles.join(" | ")}; opened ${reproName}`;
+    });
+
+    await step("the Testing view lists the ops with pass/fail icons after gpuemu: Run All Ops", async () => {
+      await page.keyboard.press("Escape");
+      await command(page, "gpuemu: Run All Ops");
+      await command(page, "View: Show Testing");
+      const view = page.locator(".test-explorer");
+      await view.waitFor({ state: "visible", timeout: 20_000 });
+      // expand the workspace item (buggy) if collapsed
+      const wsRow = view.locator(".monaco-list-row", { hasText: "buggy" }).first();
+      await wsRow.waitFor({ timeout: 30_000 });
+      if ((await wsRow.getAttribute("aria-expanded")) === "false") await wsRow.locator(".monaco-tl-twistie").click();
+      const toml = fs.readFileSync(path.join(ws, "gpuemu.toml"), "utf8");
+      const ops = [...toml.matchAll(/^\[\[ops\]\]\s*\nname = "([^"]+)"/gm)].map((m) => m[1]);
+      if (ops.length < 10) throw new Error(`only ${ops.length} [[ops]] found in gpuemu.toml`);
+      let seen = "";
+      const summary = await waitFor(
+        "every op listed with a pass or fail icon, none running",
+        async () => {
+          // rows' aria-labels: "softmax_tail_mask (Failed), in 1.4s"
+          const rows = (await view.locator(".monaco-list-row").evaluateAll((els) => els.map((e) => e.getAttribute("aria-label") ?? ""))).map(
+            (aria) => ({ aria, label: aria.replace(/ \(.*$/, ""), state: /\(([^)]+)\)/.exec(aria)?.[1] ?? "" }),
+          );
+          seen = JSON.stringify(rows.map((r) => r.aria));
+          let passed = 0;
+          let failed = 0;
+          for (const r of rows) {
+            if (/running|queued|enqueued/i.test(r.state)) return undefined;
+            if (r.state === "Passed") passed += 1;
+            if (r.state === "Failed" || r.state === "Errored") failed += 1;
+          }
+          // a duration ("in 1.6s") on every op: all of them ran in this session (Run All), not only
+          // the two of the saved file, nor stored results (which have none)
+          const labels = rows.filter((r) => / in [\d.]+m?s$/.test(r.aria)).map((r) => r.label);
+          const missing = ops.filter((o) => !labels.includes(o));
+          if (missing.length || passed === 0 || failed === 0) return undefined;
+          return { passed, failed, rows: rows.length };
+        },
+        240_000,
+        1000,
+      ).catch((err) => {
+        throw new Error(`${String(err)}; rows seen: ${seen}`);
+      });
+      const passIcons = await view.locator(".computed-state.codicon-testing-passed-icon").count();
+      const failIcons = await view.locator(".computed-state.codicon-testing-failed-icon").count();
+      if (passIcons < 1 || failIcons < 1) throw new Error(`icons: ${passIcons} passed, ${failIcons} failed`);
+      const status = (await page.locator(".statusbar-item", { hasText: "gpuemu" }).first().innerText()).trim();
+      if (!/gpuemu: \d+ failed/.test(status)) throw new Error(`status bar says '${status}'`);
+      await shot(page, "5-testing-view.png");
+      return `${ops.length} ops listed (${summary.passed} passed, ${summary.failed} failed); icons: ${passIcons} passed, ${failIcons} failed; status bar: ${status}`;
+    });
+
+    await step("untrusted workspace: configuration diagnostics only, nothing runs", async () => {
+      // a second VS Code on a fresh copy, with workspace trust on and refused
+      await page.close();
+      for (const proc of servers) proc.kill("SIGTERM");
+      const ws2 = path.join(tmp, "untrusted", "buggy");
+      copyWorkspace(ws2);
+      const userData2 = path.join(tmp, "user-data-untrusted");
+      writeUserData(userData2, true);
+      const url2 = await startCodeServer(userData2, ws2, false, "code-server-untrusted.log");
+      const page2 = await context.newPage();
+      currentPage = page2;
+      await page2.goto(`${url2}/?folder=${encodeURIComponent(ws2)}`);
+      await page2.locator(".monaco-workbench").waitFor({ state: "visible", timeout: 90_000 });
+      const no = page2.locator(".monaco-dialog-box .monaco-button", { hasText: "No, I don't trust the authors" });
+      await no.waitFor({ state: "visible", timeout: 60_000 });
+      await shot(page2, "6-trust-prompt.png");
+      await no.click();
+      await page2.locator(".explorer-folders-view .monaco-list-row", { hasText: "gpuemu.toml" }).first().waitFor({ timeout: 60_000 });
+      await page2.locator(".statusbar-item", { hasText: "gpuemu" }).first().waitFor({ timeout: 60_000 });
+      // the server is started with trusted = false
+      const logOf = () => {
+        const logs = path.join(userData2, "logs");
+        for (const f of fs.existsSync(logs) ? (fs.readdirSync(logs, { recursive: true }) as string[]) : []) {
+          if (path.basename(f) === "gpuemu-ls.log") return fs.readFileSync(path.join(logs, f), "utf8");
+        }
+        return "";
+      };
+      await waitFor("the server log saying the workspace is not trusted", async () => /NOT trusted/.test(logOf()), 30_000, 500);
+      // open the buggy op: nothing runs, so no failure appears
+      await page2.keyboard.press("Control+P");
+      await page2.locator(".quick-input-widget input").fill(FILE);
+      await page2.locator(".quick-input-widget .monaco-list-row", { hasText: FILE }).first().waitFor({ timeout: 10_000 });
+      await page2.keyboard.press("Enter");
+      await page2.locator(".tab.active", { hasText: FILE }).waitFor({ timeout: 20_000 });
+      await page2.keyboard.press("Control+Shift+M");
+      const panel = page2.locator(".markers-panel");
+      await panel.waitFor({ state: "visible", timeout: 20_000 });
+      // configuration diagnostics still work: an unknown key typed into gpuemu.toml is reported
+      await page2.keyboard.press("Control+P");
+      await page2.locator(".quick-input-widget input").fill("gpuemu.toml");
+      await page2.locator(".quick-input-widget .monaco-list-row", { hasText: "gpuemu.toml" }).first().waitFor({ timeout: 10_000 });
+      await page2.keyboard.press("Enter");
+      await page2.locator(".tab.active", { hasText: "gpuemu.toml" }).waitFor({ timeout: 20_000 });
+      const nameLine = fs.readFileSync(path.join(ws2, "gpuemu.toml"), "utf8").split("\n").indexOf(`name = "${OP}"`) + 1;
+      await gotoLine(page2, nameLine, 1);
+      await page2.keyboard.press("End");
+      await page2.keyboard.press("Enter");
+      await page2.keyboard.type('refrence = "typo"');
+      const unknown = await waitFor(
+        "an 'unknown key' problem for the typed key",
+        async () => {
+          const text = (await panel.innerText()).replace(/\s+/g, " ");
+          return /unknown key 'refrence'/.test(text) ? text : undefined;
+        },
+        30_000,
+        500,
+      );
+      await page2.waitForTimeout(8000); // time in which a trusted server would have validated the op
+      const text = (await panel.innerText()).replace(/\s+/g, " ");
+      if (/wrong values|\[mismatch\]/.test(text)) throw new Error(`a validation result appeared in an untrusted workspace: ${text.slice(0, 300)}`);
+      if (fs.existsSync(path.join(ws2, ".gpuemu", "repro"))) throw new Error("workspace code ran (a reproduction was written)");
+      await shot(page2, "7-untrusted.png");
+      const status = (await page2.locator(".statusbar-item", { hasText: "gpuemu" }).first().innerText()).trim();
+      return `status bar: ${status}; problems: ${unknown.slice(0, 160)}`;
+    });
+  } finally {
+    if (browser) await browser.close().catch(() => undefined);
+    for (const proc of servers) {
+      if (proc.exitCode === null) {
+        proc.kill("SIGTERM");
+        await new Promise((r) => setTimeout(r, 1000));
+        if (proc.exitCode === null) proc.kill("SIGKILL");
+      }
+    }
+    // the extension's output channels (server log) as artifacts
+    for (const [dir, prefix] of [
+      [path.join(userData, "logs"), "output-"],
+      [path.join(tmp, "user-data-untrusted", "logs"), "output-untrusted-"],
+    ]) {
+      if (!fs.existsSync(dir)) continue;
+      for (const f of fs.readdirSync(dir, { recursive: true }) as string[]) {
+        if (/gpuemu/i.test(path.basename(f)) && f.endsWith(".log")) {
+          fs.copyFileSync(path.join(dir, f), path.join(ARTIFACTS, `${prefix}${path.basename(f)}`));
+        }
+      }
+    }
+    fs.writeFileSync(
+      path.join(ARTIFACTS, "results.json"),
+      JSON.stringify({ server: SERVER, vsix: VSIX, seconds: (Date.now() - t0) / 1000, steps: results }, null, 2),
+    );
+    if (!process.env.GPUEMU_E2E_KEEP) fs.rmSync(tmp, { recursive: true, force: true });
+    else log(`kept ${tmp}`);
+  }
+  const failed = results.filter((r) => !r.ok);
+  log(`${results.length - failed.length}/${results.length} steps passed in ${((Date.now() - t0) / 1000).toFixed(1)}s; artifacts in ${ARTIFACTS}`);
+  return failed.length ? 1 : 0;
+}
+
+main().then(
+  (code) => process.exit(code),
+  (err) => {
+    log(`error: ${err instanceof Error ? err.stack : String(err)}`);
+    process.exit(2);
+  },
+);

@@ -1,0 +1,303 @@
+import { strict as assert } from "node:assert";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { describe, it } from "node:test";
+import {
+  DiscoverResult,
+  JobTracker,
+  OpState,
+  buildTree,
+  failureTarget,
+  formatFailure,
+  isTerminal,
+  itemKey,
+  rangeContains,
+  serverSettings,
+  stateToOutcome,
+  statusAsState,
+  statusSummary,
+  workspaceLabel,
+} from "../../src/model";
+
+// Payloads recorded from gpuemu-ls on examples/buggy (paths rewritten).
+const fixture = (name: string) => JSON.parse(readFileSync(join(__dirname, "..", "fixtures", name), "utf8"));
+const discover: DiscoverResult = fixture("discover.json");
+const states: Record<string, OpState> = fixture("opstate.json");
+const ROOT = "/home/u/kernels/buggy";
+
+describe("buildTree (gpuemu/discoverOps -> test items)", () => {
+  const tree = buildTree(discover, [{ name: "kernels", path: "/home/u/kernels" }]);
+
+  it("puts ops and kernels under their gpuemu.toml workspace", () => {
+    assert.equal(tree.length, 1);
+    const ws = tree[0];
+    assert.equal(ws.key, `workspace:${ROOT}`);
+    assert.equal(ws.label, "buggy");
+    assert.equal(ws.uri, `file://${ROOT}/gpuemu.toml`);
+    assert.equal(ws.error, undefined);
+    assert.deepEqual(
+      ws.children.map((c) => c.id),
+      ["op:softmax_tail_mask", "op:softmax_tail_mask_ok", "op:matmul_acc_overwrite", "kernel:tiled_matmul"].sort((a, b) =>
+        discover.workspaces[0].items.findIndex((i) => i.id === a) - discover.workspaces[0].items.findIndex((i) => i.id === b),
+      ),
+    );
+  });
+
+  it("gives each item the uri and range of its gpuemu.toml entry and keeps the source location", () => {
+    const op = tree[0].children.find((c) => c.id === "op:softmax_tail_mask")!;
+    assert.equal(op.key, itemKey(ROOT, "op:softmax_tail_mask"));
+    assert.equal(op.uri, `file://${ROOT}/gpuemu.toml`);
+    assert.deepEqual(op.range.start, { line: 26, character: 0 });
+    assert.equal(op.sourceUri, `file://${ROOT}/softmax_tail_mask.py`);
+    assert.deepEqual(op.sourceRange?.start, { line: 62, character: 4 });
+    assert.equal(op.status, "failed");
+    assert.match(op.diagnosis, /N % 32 != 0/);
+    const kernel = tree[0].children.find((c) => c.kind === "kernel")!;
+    assert.equal(kernel.description, "kernel");
+    assert.ok(kernel.sortText > op.sortText, "kernels after ops");
+  });
+
+  it("reports configuration errors on the workspace item", () => {
+    const bad = buildTree(
+      { workspaces: [{ ...discover.workspaces[0], configError: ["gpuemu.toml:3:1: unknown key 'nme'"], items: [] }] },
+      [],
+    );
+    assert.match(bad[0].error ?? "", /unknown key 'nme'/);
+    assert.equal(bad[0].label, "buggy");
+  });
+
+  it("handles an empty or missing answer", () => {
+    assert.deepEqual(buildTree(undefined, []), []);
+    assert.deepEqual(buildTree({ workspaces: [] }, []), []);
+  });
+});
+
+describe("workspaceLabel", () => {
+  it("is relative to the VS Code folder holding the workspace", () => {
+    assert.equal(workspaceLabel("/a/b", [{ name: "b", path: "/a/b" }]), "b");
+    assert.equal(workspaceLabel("/a/b/c/d", [{ name: "b", path: "/a/b/" }]), "c/d");
+    assert.equal(
+      workspaceLabel("/a/b/c", [
+        { name: "a", path: "/a" },
+        { name: "b", path: "/a/b" },
+      ]),
+      "b/c",
+    );
+    assert.equal(workspaceLabel("/x/y", [{ name: "b", path: "/a/b" }]), "y");
+    assert.equal(workspaceLabel("/a/bb", [{ name: "b", path: "/a/b" }]), "bb");
+  });
+});
+
+describe("stateToOutcome (gpuemu/opState -> test results)", () => {
+  it("maps queued and running to enqueued and started", () => {
+    assert.equal(stateToOutcome(states.queued).type, "enqueued");
+    const running = stateToOutcome(states.running);
+    assert.equal(running.type, "started");
+    assert.equal(running.terminal, false);
+    assert.match(running.output ?? "", /seed=1238 dtype=float32 x=\[15, 127\]/);
+  });
+
+  it("maps failed to a failure with the failing cases as messages at the op's source", () => {
+    const o = stateToOutcome(states.failed);
+    assert.equal(o.type, "failed");
+    assert.equal(o.terminal, true);
+    assert.ok(o.messages.length >= 1 && o.messages.length <= 6);
+    const first = o.messages[0];
+    assert.equal(first.at, "source");
+    assert.match(first.text, /^softmax_tail_mask: failed - 10\/16 passed, 6 failed/);
+    assert.match(first.text, /diagnosis: fails iff/);
+    assert.match(first.text, /\[mismatch\] seed=\d+ dtype=float32 x=\[\d+, \d+\] layout=\w+ dist=\w+/);
+    assert.match(first.text, /replay: gpuemu reproduce --op softmax_tail_mask --seed \d+/);
+    assert.match(o.output ?? "", /^FAILED softmax_tail_mask \(10\/16 cases passed\)/);
+    // every failure is one message, capped
+    const n = states.failed.failures!.length;
+    assert.equal(o.messages.length, Math.min(n, 5) + (n > 5 ? 1 : 0));
+  });
+
+  it("maps passed to passed", () => {
+    const o = stateToOutcome(states.passed);
+    assert.deepEqual([o.type, o.terminal, o.messages.length], ["passed", true, 0]);
+    assert.match(o.output ?? "", /PASS softmax_tail_mask_ok \(16 cases\)/);
+  });
+
+  it("never reports not_run, error or errored as passed", () => {
+    for (const state of ["not_run", "error", "errored"]) {
+      const o = stateToOutcome({ ...states.passed, state, message: "", failures: [] });
+      assert.equal(o.type, "errored", state);
+      assert.ok(o.messages.length === 1);
+    }
+    const nr = stateToOutcome({ workspace: ROOT, id: "op:x", name: "x", kind: "op", state: "not_run" });
+    assert.match(nr.messages[0].text, /not run/);
+  });
+
+  it("maps cancelled to skipped and unknown states to errors", () => {
+    assert.equal(stateToOutcome({ ...states.queued, state: "cancelled" }).type, "skipped");
+    assert.equal(stateToOutcome({ ...states.queued, state: "weird" }).type, "errored");
+  });
+
+  it("puts kernel lint findings on their .cu line", () => {
+    const o = stateToOutcome({
+      workspace: ROOT,
+      id: "kernel:k",
+      name: "k",
+      kind: "kernel",
+      state: "failed",
+      message: "1 lint error",
+      failures: [{ message: "uses 80 registers > 64", file: "/w/k.cu", line: 12, code: "max-registers" }],
+    });
+    assert.equal(o.type, "failed");
+    assert.deepEqual(o.messages[1].at, { file: "/w/k.cu", line: 12 });
+    assert.match(o.messages[1].text, /\/w\/k.cu:12: \[max-registers\] uses 80 registers/);
+  });
+
+  it("turns stored statuses (discover, runOps) into the same results", () => {
+    const s = statusAsState(ROOT, { id: "op:a", name: "a", status: "failed", message: "3/16 failed", diagnosis: "d" });
+    assert.equal(s.kind, "op");
+    const o = stateToOutcome(s);
+    assert.equal(o.type, "failed");
+    assert.match(o.messages[0].text, /a: failed - 3\/16 failed\ndiagnosis: d/);
+    assert.equal(statusAsState(ROOT, { id: "kernel:k", name: "k", status: "passed" }).kind, "kernel");
+  });
+
+  it("knows the terminal states", () => {
+    assert.deepEqual(
+      ["queued", "running", "passed", "failed", "error", "not_run", "cancelled", "errored"].map(isTerminal),
+      [false, false, true, true, true, true, true, true],
+    );
+  });
+});
+
+describe("formatFailure", () => {
+  it("says op, kind, seed, dtype, shapes, layout, distribution and replay", () => {
+    const t = formatFailure(
+      {
+        seed: 2,
+        kind: "mismatch",
+        dtype: "float32",
+        shapes: { x: [8, 511], w: [511] },
+        layout: "strided",
+        distribution: "special",
+        maxAbs: 0.47,
+        tolerance: [1e-5, 1e-5],
+        replay: "gpuemu reproduce --op s --seed 2",
+      },
+      "s",
+    );
+    assert.equal(
+      t,
+      "s [mismatch] seed=2 dtype=float32 x=[8, 511] w=[511] layout=strided dist=special: max abs err 0.47 vs atol=1.00e-5 rtol=1.00e-5\nreplay: gpuemu reproduce --op s --seed 2",
+    );
+  });
+});
+
+describe("statusSummary (status bar)", () => {
+  it("is idle, running N or N failed", () => {
+    assert.equal(statusSummary(["passed", "passed"]).text, "$(beaker) gpuemu: idle");
+    assert.equal(statusSummary([]).text, "$(beaker) gpuemu: idle");
+    assert.equal(statusSummary(["passed", "running", "queued", "failed"]).text, "$(sync~spin) gpuemu: running 2");
+    const f = statusSummary(["passed", "failed", "error", "not_run", "unknown"]);
+    assert.equal(f.text, "$(error) gpuemu: 3 failed");
+    assert.equal(f.failed, 3);
+  });
+  it("shows a stopped server and restricted mode", () => {
+    assert.match(statusSummary(["failed"], { serverState: "stopped" }).text, /gpuemu: stopped/);
+    const r = statusSummary([], { trusted: false, serverState: "running" });
+    assert.match(r.text, /idle \$\(shield\)/);
+    assert.match(r.tooltip, /Untrusted workspace/);
+  });
+});
+
+describe("serverSettings (initializationOptions and workspace/configuration)", () => {
+  it("passes the gpuemu settings the server knows, and trust", () => {
+    const cfg: Record<string, unknown> = {
+      mode: "thorough",
+      onSave: false,
+      onOpen: true,
+      iterations: 7,
+      jobs: 2,
+      storePath: "/tmp/s.db",
+      lint: true,
+      "server.command": "/x/gpuemu-ls",
+      server: { command: "/x/gpuemu-ls", args: [] },
+      trace: { server: "off" },
+    };
+    assert.deepEqual(serverSettings((k) => cfg[k], true), {
+      trusted: true,
+      mode: "thorough",
+      onSave: false,
+      onOpen: true,
+      lint: true,
+      iterations: 7,
+      jobs: 2,
+      storePath: "/tmp/s.db",
+    });
+  });
+  it("sends defaults as null (the server's own default), never server.* keys", () => {
+    const s = serverSettings((k) => ({ mode: "quick", iterations: null, jobs: 1, storePath: "" })[k], false);
+    assert.deepEqual(s, { trusted: false, mode: "quick", iterations: null, jobs: 1, storePath: null });
+  });
+});
+
+describe("failureTarget (reproduce/minimize arguments from a diagnostic)", () => {
+  const diags = fixture("diagnostics.json");
+  it("reads workspace, op and seed from the diagnostic's data", () => {
+    const t = failureTarget(diags[0]);
+    assert.deepEqual(t, { workspace: ROOT, op: "softmax_tail_mask", seed: diags[0].data.seed });
+  });
+  it("falls back to the message when data is gone", () => {
+    const t = failureTarget({ source: "gpuemu", message: diags[0].message });
+    assert.deepEqual(t, { op: "softmax_tail_mask", seed: diags[0].data.seed });
+  });
+  it("ignores other sources, config errors and kernels", () => {
+    assert.equal(failureTarget({ source: "Pylance", message: "x seed=1" }), undefined);
+    assert.equal(failureTarget({ source: "gpuemu", message: "unknown key 'nme' in ops[0]" }), undefined);
+    assert.equal(failureTarget({ source: "gpuemu", message: "k", data: { op: "k", seed: 1, kind: "kernel" } }), undefined);
+  });
+});
+
+describe("rangeContains", () => {
+  const r = { start: { line: 62, character: 4 }, end: { line: 62, character: 21 } };
+  it("includes both ends", () => {
+    assert.ok(rangeContains(r, { line: 62, character: 4 }));
+    assert.ok(rangeContains(r, { line: 62, character: 21 }));
+    assert.ok(!rangeContains(r, { line: 62, character: 22 }));
+    assert.ok(!rangeContains(r, { line: 61, character: 10 }));
+  });
+});
+
+describe("JobTracker (opState of superseded jobs)", () => {
+  const st = (state: string): OpState => ({ workspace: ROOT, id: "op:a", name: "a", kind: "op", state });
+  it("ends an op's run when its only job ends", () => {
+    const t = new JobTracker();
+    assert.deepEqual(t.update(st("queued")), { key: itemKey(ROOT, "op:a"), superseded: false, done: false, state: "queued" });
+    assert.equal(t.update(st("running")).state, "running");
+    assert.ok(t.busy(itemKey(ROOT, "op:a")));
+    assert.deepEqual(t.update(st("failed")), { key: itemKey(ROOT, "op:a"), superseded: false, done: true, state: "failed" });
+    assert.ok(!t.busy(itemKey(ROOT, "op:a")));
+  });
+  it("ignores the cancellation of a job a new save superseded", () => {
+    const t = new JobTracker();
+    t.update(st("queued"));
+    t.update(st("running"));
+    t.update(st("queued")); // the save: a second job
+    const c = t.update(st("cancelled")); // the first one, cancelled
+    assert.deepEqual([c.superseded, c.done], [true, false]);
+    assert.equal(t.update(st("running")).state, "running");
+    const end = t.update(st("passed"));
+    assert.deepEqual([end.superseded, end.done, end.state], [false, true, "passed"]);
+  });
+  it("shows a result that ends while another job is queued as still running", () => {
+    const t = new JobTracker();
+    t.update(st("queued"));
+    t.update(st("queued"));
+    const r = t.update(st("failed"));
+    assert.deepEqual([r.done, r.state], [false, "running"]);
+    assert.equal(t.update(st("passed")).done, true);
+  });
+  it("copes with a terminal state it never saw queued (server started earlier)", () => {
+    const t = new JobTracker();
+    const r = t.update(st("passed"));
+    assert.deepEqual([r.superseded, r.done, r.state], [false, true, "passed"]);
+    assert.deepEqual([t.update(st("cancelled")).superseded], [false]);
+  });
+});

@@ -1,0 +1,296 @@
+"""Helpers of the gate acceptance tests: run the real CLI faces as subprocesses, copy workspaces, read files.
+
+Everything here drives the product from outside: `python -m gpuemu_ls ...` (the `gpuemu` CLI), the
+`gpuemu-ls --check` gate through `server_main`, real worker processes and the real CUDA toolchain.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+CUDA_DATA = ROOT / "tests" / "data" / "cuda"
+VENV_BIN = Path(sys.executable).parent
+
+#: the nine bug classes of examples/buggy (each op X has a twin X_ok)
+BUGGY_OPS = (
+    "softmax_tail_mask",
+    "matmul_acc_overwrite",
+    "softmax_online_rescale",
+    "attention_missing_scale",
+    "rowscale_strides",
+    "softmax_no_max",
+    "rmsnorm_fp16_acc",
+    "masked_softmax_nan",
+    "variance_empty_split",
+)
+
+#: no user defaults (~/.config/gpuemu/config.toml) leak into the runs: this path can never exist
+NO_USER_CONFIG = str(Path(os.devnull) / "gpuemu-user-config.toml")
+
+_CHECK = "import sys; from gpuemu_ls.cli import server_main; sys.exit(server_main(sys.argv[1:]))"
+
+
+def env(**extra: str) -> dict[str, str]:
+    """The test process's environment with the venv's scripts (gpuemu, gpuemu-ls) first on PATH."""
+    e = dict(os.environ)
+    e["PATH"] = f"{VENV_BIN}{os.pathsep}{e.get('PATH', '')}"
+    e.pop("GPUEMU_STORE", None)
+    e.setdefault("GPUEMU_USER_CONFIG", NO_USER_CONFIG)
+    e.update(extra)
+    return e
+
+
+def gpuemu(
+    *args: str, cwd: Path, timeout: float = 600, environ: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """`gpuemu ARGS` (python -m gpuemu_ls) in ``cwd``."""
+    return subprocess.run(
+        [sys.executable, "-m", "gpuemu_ls", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env=environ or env(),
+    )
+
+
+def check(*args: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess:
+    """`gpuemu-ls --check ARGS` through the server entry point (the same function the script calls)."""
+    return subprocess.run(
+        [sys.executable, "-c", _CHECK, "--check", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env=env(),
+    )
+
+
+def shell(script: str, cwd: Path, timeout: float = 600, **extra: str) -> subprocess.CompletedProcess:
+    """A CI step: ``bash -e -c SCRIPT`` (GitHub's default shell for `run:`) with the venv on PATH."""
+    return subprocess.run(
+        ["bash", "-e", "-c", script],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env=env(**extra),
+    )
+
+
+def out(proc: subprocess.CompletedProcess) -> str:
+    """stdout and stderr tails, for assertion messages."""
+    return f"rc={proc.returncode}\n--- stdout\n{proc.stdout[-4000:]}\n--- stderr\n{proc.stderr[-4000:]}"
+
+
+def jdoc(proc: subprocess.CompletedProcess) -> dict[str, Any]:
+    try:
+        return json.loads(proc.stdout)
+    except json.JSONDecodeError as exc:  # pragma: no cover - shown on failure only
+        raise AssertionError(f"not JSON ({exc}):\n{out(proc)}") from None
+
+
+def copy_example(name: str, dest: Path) -> Path:
+    """A copy of examples/NAME (without any store or cache) at ``dest``; examples/ is never written."""
+    shutil.copytree(EXAMPLES / name, dest, ignore=shutil.ignore_patterns(".gpuemu", "__pycache__", "gpuemu-baselines"))
+    return dest
+
+
+def copy_workspace(src: Path, dest: Path) -> Path:
+    """A copy of a test workspace including its store (the copy evolves on its own)."""
+    shutil.copytree(src, dest, ignore=shutil.ignore_patterns("__pycache__"))
+    return dest
+
+
+def write_files(root: Path, files: dict[str, str]) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    for rel, text in files.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text, encoding="utf-8")
+    return root
+
+
+def load_toml(ws: Path) -> dict[str, Any]:
+    return tomllib.loads((ws / "gpuemu.toml").read_text(encoding="utf-8"))
+
+
+def op_table(ws: Path, name: str) -> dict[str, Any]:
+    for op in load_toml(ws).get("ops", []):
+        if op["name"] == name:
+            return op
+    raise KeyError(name)
+
+
+def line_of(path: Path, pattern: str, after: int = 0) -> int:
+    """1-based number of the first line (after line ``after``) matching the regex ``pattern``."""
+    rx = re.compile(pattern)
+    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if i > after and rx.search(line):
+            return i
+    raise AssertionError(f"no line matching {pattern!r} in {path}")
+
+
+def ops_header_line(ws: Path, name: str) -> int:
+    """The line of the `[[ops]]` header of op ``name`` in gpuemu.toml."""
+    toml = ws / "gpuemu.toml"
+    name_line = line_of(toml, rf'^name\s*=\s*"{re.escape(name)}"\s*$')
+    lines = toml.read_text(encoding="utf-8").splitlines()
+    for i in range(name_line - 1, 0, -1):
+        if lines[i - 1].strip() == "[[ops]]":
+            return i
+    raise AssertionError(f"no [[ops]] above op {name}")
+
+
+def swap_module(ws: Path, op: str, module: str) -> None:
+    """Point op ``op`` of ws/gpuemu.toml at ``module`` (exactly one `module = ...` line changes)."""
+    toml = ws / "gpuemu.toml"
+    old = op_table(ws, op)["module"]
+    text = toml.read_text(encoding="utf-8")
+    new, n = re.subn(rf'(?m)^module = "{re.escape(old)}"$', f'module = "{module}"', text)
+    assert n == 1, f"expected one module line {old!r} in {toml}, found {n}"
+    toml.write_text(new, encoding="utf-8")
+    assert op_table(ws, op)["module"] == module
+
+
+def normalized(doc: Any) -> Any:
+    """A results document without what differs between two runs of the same thing."""
+    volatile = {"run_id", "created_at", "elapsed", "finished_at", "duration_ms"}
+    if isinstance(doc, dict):
+        return {k: normalized(v) for k, v in doc.items() if k not in volatile}
+    if isinstance(doc, list):
+        return [normalized(v) for v in doc]
+    return doc
+
+
+def numel(shapes: dict[str, list[int]]) -> int:
+    total = 0
+    for shape in shapes.values():
+        n = 1
+        for d in shape:
+            n *= d
+        total += n
+    return total
+
+
+def have_nvcc() -> bool:
+    from gpuemu_ls.engine.cuda.toolchain import find_toolchain
+
+    return find_toolchain().nvcc is not None
+
+
+# --- a workspace with every verdict: passed, failed, error, not_run ops and lint-checked kernels ----
+
+MIXED_OPS_PY = '''"""Four ops over one float64 reference: correct, wrong on odd N, raising, and not runnable here."""
+
+import numpy as np
+
+
+def reference(x):
+    return x * 2.0
+
+
+def double_ok(x):
+    return x * np.asarray(2, dtype=x.dtype)
+
+
+def double_bad(x):
+    out = x * np.asarray(2, dtype=x.dtype)
+    if x.shape[-1] % 2:
+        out[..., -1] += 1  # the tail element is off by one
+    return out
+
+
+def double_raises(x):
+    raise RuntimeError("kernel launch failed: too many resources requested")
+'''
+
+MIXED_TOML = """# gate acceptance tests: one op of each verdict and two kernels
+[project]
+name = "mixed"
+
+[validation]
+dtypes = ["float32"]
+
+[ci.quick]
+iterations = 12
+
+[[ops]]
+name = "double_ok"
+module = "ops:double_ok"
+reference = "ops:reference"
+
+[[ops]]
+name = "double_bad"
+module = "ops:double_bad"
+reference = "ops:reference"
+
+[[ops]]
+name = "double_raises"
+module = "ops:double_raises"
+reference = "ops:reference"
+
+[[ops]]
+name = "double_remote"
+execution_mode = "client_side"
+reference = "ops:reference"
+
+[[kernels]]
+name = "vector_add"
+source = "kernels/vector_add.cu"
+
+[[kernels]]
+name = "uses_printf"
+source = "kernels/forbidden.cu"
+
+[kernels.artifact_checks]
+forbidden_instructions = ["re:vprintf"]
+"""
+
+
+def make_mixed_workspace(root: Path) -> Path:
+    write_files(root, {"gpuemu.toml": MIXED_TOML, "ops.py": MIXED_OPS_PY})
+    (root / "kernels").mkdir(exist_ok=True)
+    for f in ("vector_add.cu", "forbidden.cu"):
+        shutil.copy(CUDA_DATA / f, root / "kernels" / f)
+    return root
+
+
+# --- schema validation ----------------------------------------------------------------------------
+
+
+def validate_junit(xml_text: str, xsds: list[Path]) -> None:
+    """Validate against every given junit-10.xsd (xmlschema raises with the offending path)."""
+    import pytest
+
+    xmlschema = pytest.importorskip("xmlschema", reason="xmlschema validates JUnit XML (pip install xmlschema)")
+    assert xsds, "no junit-10.xsd"
+    for xsd in xsds:
+        xmlschema.XMLSchema(str(xsd)).validate(xml_text)
+
+
+def validate_sarif(log: dict[str, Any], schema_file: Path) -> None:
+    import jsonschema
+
+    schema = json.loads(schema_file.read_text(encoding="utf-8"))
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    errors = sorted(cls(schema, format_checker=cls.FORMAT_CHECKER).iter_errors(log), key=lambda e: list(e.path))
+    assert not errors, "\n".join(f"{list(e.path)}: {e.message[:300]}" for e in errors[:10])

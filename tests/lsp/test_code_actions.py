@@ -1,0 +1,324 @@
+"""What a user can do from a failure: code actions (reproduce, minimize, pin the seed, calibrate), the
+commands behind them, the run commands, and the hover and code lens that show the results."""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tomllib
+from lspkit import FAST, TINY_HEADER, GpuemuClient, apply_text_edits, line_of, tiny_op, uri_of
+from lsprotocol import types as lsp
+
+pytestmark = pytest.mark.asyncio
+
+OP, TWIN = "softmax_tail_mask", "softmax_tail_mask_ok"
+
+
+async def failing(editor: Any, buggy_ws: Any, ops: tuple[str, ...] = (OP, TWIN), **opts: Any):
+    """A server on a workspace where OP has just failed after a save: (client, root, diag on def, diag on toml)."""
+    root = buggy_ws(list(ops))
+    src = root / "softmax_tail_mask.py"
+    client: GpuemuClient = await editor.start(root, {**FAST, **opts})
+    client.save(src)
+    for name in ops:  # the save's runs are over (the open's run, superseded, may have published first)
+        await client.wait_state(name, {"failed"} if name == OP else {"passed"})
+    on_def = await client.wait_op_diagnostic(src, OP, code="mismatch")
+    on_toml = await client.wait_op_diagnostic(root / "gpuemu.toml", OP, code="mismatch")
+    return client, root, on_def, on_toml
+
+
+def _by_title(actions: list[Any], start: str) -> lsp.CodeAction:
+    found = [a for a in actions if a.title.startswith(start)]
+    assert len(found) == 1, (start, [a.title for a in actions])
+    assert isinstance(found[0], lsp.CodeAction), f"{start!r} came back as {type(found[0]).__name__}"
+    return found[0]
+
+
+def _run_repro(path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-I", str(path)], cwd=path.parent, capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+async def test_code_actions_offered_for_a_failure(editor: Any, buggy_ws: Any) -> None:
+    client, root, on_def, on_toml = await failing(editor, buggy_ws)
+    seed = on_def.data["seed"]
+    for where, diag in ((root / "softmax_tail_mask.py", on_def), (root / "gpuemu.toml", on_toml)):
+        actions = await client.code_actions(where, [diag])
+        args = [{"workspace": str(root.resolve()), "op": OP, "seed": seed}]
+        repro = _by_title(actions, f"Reproduce failure of {OP} (seed {seed})")
+        assert repro.kind == lsp.CodeActionKind.QuickFix and repro.is_preferred
+        assert list(repro.diagnostics or []) == [diag]
+        assert repro.command is not None and repro.command.command == "gpuemu.reproduce"
+        assert list(repro.command.arguments or []) == args
+        mini = _by_title(actions, f"Minimize test case of {OP} (seed {seed})")
+        assert mini.command is not None and mini.command.command == "gpuemu.minimize"
+        assert list(mini.command.arguments or []) == args
+        pin = _by_title(actions, f"Pin seed {seed} as a regression case of {OP}")
+        assert pin.edit is not None and pin.command is None
+        calib = _by_title(actions, f"Apply calibrated tolerance to {OP}")
+        assert calib.command is not None and calib.command.command == "gpuemu.calibrate"
+        assert list(calib.command.arguments or []) == [{"workspace": str(root.resolve()), "op": OP}]
+
+    # the preferred action, run the way the editor runs it
+    result = await client.execute(repro.command.command, *repro.command.arguments)
+    assert result["status"] != "passed"
+    expected = root.resolve() / ".gpuemu" / "repro" / f"{OP}_{seed}.py"
+    assert [d.uri for d in client.shown_documents] == [uri_of(expected)]
+
+
+@pytest.mark.parametrize("editor", ["vscode"], indirect=True)
+async def test_pin_seed_edit_adds_only_the_seed(editor: Any, buggy_ws: Any) -> None:
+    client, root, on_def, _ = await failing(editor, buggy_ws)
+    seed = on_def.data["seed"]
+    toml = root / "gpuemu.toml"
+    before = toml.read_text()
+    actions = await client.code_actions(root / "softmax_tail_mask.py", [on_def])
+    pin = _by_title(actions, f"Pin seed {seed} as a regression case of {OP}")
+    assert pin.edit is not None and pin.edit.changes is not None and list(pin.edit.changes) == [uri_of(toml)]
+    after = apply_text_edits(before, pin.edit.changes[uri_of(toml)])
+
+    old, new = tomllib.loads(before), tomllib.loads(after)
+    ops = {o["name"]: o for o in new["ops"]}
+    assert seed in ops[OP]["seeds"]
+    assert "seeds" not in ops[TWIN]
+    ops[OP].pop("seeds")
+    assert new == old, "the pin edit changed more than the op's seeds"
+    removed = [line for line in difflib.ndiff(before.split("\n"), after.split("\n")) if line.startswith("- ")]
+    assert removed == [], f"the edit removed or rewrote lines (comments are the user's): {removed}"
+
+    # saved, the pinned seed is valid config and a regression case: every run of the op replays it
+    client.save(toml, after)
+    await asyncio.sleep(0.5)
+    assert not [d for d in client.diags(toml) if d.code == "config-error"]
+    since = len(client.op_states)
+    out = await client.execute("gpuemu.runOp", {"workspace": str(root), "op": OP})
+    assert out["results"][0]["status"] == "failed"
+    final = client.states(OP, since)[-1]
+    assert seed in {f["seed"] for f in final["failures"]}, final["failures"]
+
+
+async def test_reproduce_command_opens_a_failing_script(editor: Any, buggy_ws: Any) -> None:
+    client, root, on_def, _ = await failing(editor, buggy_ws)
+    seed = on_def.data["seed"]
+    result = await client.execute("gpuemu.reproduce", {"workspace": str(root), "op": OP, "seed": seed})
+    assert result["status"] == "failed" and result["kind"] == "mismatch"
+    expected = root.resolve() / ".gpuemu" / "repro" / f"{OP}_{seed}.py"
+    assert Path(result["repro"]) == expected
+    assert [d.uri for d in client.shown_documents] == [uri_of(expected)]
+    assert client.shown_documents[0].take_focus
+    assert expected.is_file()
+    proc = await asyncio.to_thread(_run_repro, expected)
+    assert proc.returncode == 1, (proc.stdout[-2000:], proc.stderr[-2000:])
+    assert any(f"seed {seed}" in m and "still fails" in m for m in client.message_texts())
+
+
+@pytest.mark.parametrize("editor", ["vscode"], indirect=True)
+async def test_minimize_command_reports_progress_and_a_smaller_shape(editor: Any, buggy_ws: Any) -> None:
+    client, root, on_def, _ = await failing(editor, buggy_ws, ops=(OP,))
+    seed, shape = on_def.data["seed"], on_def.data["shapes"]["x"]
+    assert on_def.data["minimized"] is None and "minimized:" not in on_def.message
+    out = await client.execute("gpuemu.minimize", {"workspace": str(root), "op": OP, "seed": seed}, timeout=120)
+    assert "error" not in out, out
+
+    tokens = client.progress_tokens(f"minimize {OP} seed {seed}")
+    assert len(tokens) == 1, client.progress_log
+    steps = client.progress(tokens[0])
+    assert isinstance(steps[0], lsp.WorkDoneProgressBegin) and isinstance(steps[-1], lsp.WorkDoneProgressEnd)
+    assert tokens[0] in client.created_tokens
+
+    src = root / "softmax_tail_mask.py"
+    diag = await client.wait_diagnostics(
+        src, lambda ds: any(d.data.get("seed") == seed and d.data.get("minimized") for d in ds)
+    )
+    d = next(d for d in diag if d.data.get("seed") == seed)
+    small = d.data["minimized"]["x"]
+    assert small[0] * small[1] < shape[0] * shape[1], (small, shape)
+    assert small[1] % 128 != 0, "a minimized tail-mask case still needs a partial tile"
+    assert f"minimized: x={small}" in d.message
+
+
+APPROX_PY = '''\
+import math
+
+import numpy as np
+
+
+def gelu_tanh(x):
+    """GELU with the tanh approximation, as fast kernels compute it: correct, within ~5e-4 of the exact GELU."""
+    x32 = x.astype(np.float32)
+    c = np.float32(math.sqrt(2.0 / math.pi))
+    return (0.5 * x32 * (1 + np.tanh(c * (x32 + np.float32(0.044715) * x32**3)))).astype(x.dtype)
+
+
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def gelu_erf(x):
+    """The exact GELU, x * Phi(x), in float64."""
+    x64 = x.astype(np.float64)
+    return 0.5 * x64 * (1 + _erf(x64 / math.sqrt(2.0)))
+'''
+#: a correct (approximate) kernel whose tolerance is set too tight for its approximation error
+APPROX_TOML = TINY_HEADER + tiny_op(
+    "gelu",
+    "approx:gelu_tanh",
+    "approx:gelu_erf",
+    extra=('distributions = ["normal", "uniform"]\n\n[ops.tolerances]\nfloat32 = { atol = 1e-5, rtol = 1e-5 }\n'),
+)
+
+
+@pytest.mark.parametrize("editor", ["neovim"], indirect=True)
+async def test_apply_calibrated_tolerance_makes_a_correct_op_pass(editor: Any, workspace: Any) -> None:
+    root = workspace(APPROX_TOML, {"approx.py": APPROX_PY})
+    toml = root / "gpuemu.toml"
+    client = await editor.start(root)
+    client.save(root / "approx.py")
+    diag = await client.wait_op_diagnostic(toml, "gelu")
+    assert diag.code == "mismatch"
+
+    out = await client.execute("gpuemu.calibrate", {"workspace": str(root), "op": "gelu"}, timeout=120)
+    assert out["applied"] is True, out
+    assert len(client.applied_edits) == 1
+    edited = client.text(toml)
+    new = tomllib.loads(edited)
+    tol = new["ops"][0]["tolerances"]["float32"]
+    assert 1e-4 < tol["atol"] < 1e-2 and tol["rtol"] < 1e-2, tol  # the approximation's error, with a margin
+    old = tomllib.loads(APPROX_TOML)
+    old["ops"][0].pop("tolerances")
+    new["ops"][0].pop("tolerances")
+    assert new == old, "calibration changed more than the op's tolerances"
+
+    # saved, the calibrated tolerance makes the op pass (run explicitly: see TOML_SAVE_BUG for why a save does not)
+    since = len(client.op_states)
+    client.save(toml, edited)
+    out = await client.execute("gpuemu.runOp", {"workspace": str(root), "op": "gelu"})
+    # "cancelled" only if a run started by the save itself superseded it (once TOML_SAVE_BUG is fixed)
+    assert out["results"][0]["status"] in ("passed", "cancelled"), out
+    state = await client.wait_state("gelu", {"passed", "failed", "error"}, since=since)
+    assert state["state"] == "passed", state
+    await client.wait_diagnostics(toml, lambda ds: not ds)
+
+
+TOML_SAVE_BUG = (
+    "BUG: saving an edited gpuemu.toml does not re-validate. did_change (server.py:479-485 at 7ada266) reloads "
+    "the unsaved buffer into s.config; at save, on_changed -> reload(s, text, after) hands after() "
+    "`old = s.config` (server.py:314), i.e. the already-edited config, so after() (server.py:336-342) finds no "
+    "op changed and validates nothing. Every editor sends didChange before didSave, so a tolerance, dims or "
+    "kwargs change (e.g. an applied calibration) is never re-checked on save. Fix: compare with the config the "
+    "last save/validation used (keep it apart from the live buffer's), e.g. s.saved_config set in on_changed."
+)
+
+
+@pytest.mark.parametrize("editor", ["neovim"], indirect=True)
+async def test_saving_an_edited_toml_revalidates_the_changed_op(editor: Any, workspace: Any) -> None:
+    root = workspace(APPROX_TOML, {"approx.py": APPROX_PY})
+    toml = root / "gpuemu.toml"
+    client = await editor.start(root)
+    client.save(root / "approx.py")
+    await client.wait_state("gelu", {"failed"})
+    await client.wait_op_diagnostic(toml, "gelu")
+    client.open(toml)
+    await asyncio.sleep(0.5)
+    since = len(client.op_states)
+    client.save(toml, APPROX_TOML.replace("atol = 1e-5, rtol = 1e-5", "atol = 1e-3, rtol = 1e-3"))
+    state = await client.wait_state("gelu", {"passed", "failed", "error"}, since=since, timeout=5)
+    assert state["state"] == "passed", state
+    await client.wait_diagnostics(toml, lambda ds: not ds, timeout=10)
+
+
+@pytest.mark.parametrize("editor", ["vscode"], indirect=True)
+async def test_run_commands(editor: Any, buggy_ws: Any) -> None:
+    root = buggy_ws([OP, TWIN])
+    client = await editor.start(root, {**FAST, "iterations": 4})
+    ws = str(root.resolve())
+
+    out = await client.execute("gpuemu.runOp", {"workspace": ws, "op": OP})
+    assert [(r["id"], r["name"], r["status"]) for r in out["results"]] == [(f"op:{OP}", OP, "failed")]
+    assert out["results"][0]["workspace"] == ws
+    await client.wait_op_diagnostic(root / "gpuemu.toml", OP)
+    assert [s["state"] for s in client.states(TWIN)] == [], "runOp ran more than the op it names"
+
+    for command, mode in (("gpuemu.runAll", "quick"), ("gpuemu.runQuick", "quick"), ("gpuemu.runThorough", "thorough")):
+        since, began = len(client.op_states), len(client.progress_log)
+        out = await client.execute(command, {"workspace": ws}, timeout=120)
+        statuses = {r["name"]: r["status"] for r in out["results"]}
+        # a 4-case thorough sweep (random dtypes and shapes) may miss the tail-mask bug; quick ones hit it
+        assert statuses == {OP: "failed" if mode == "quick" else statuses.get(OP), TWIN: "passed"}, (command, out)
+        assert statuses[OP] in ("failed", "passed")
+        for name in (OP, TWIN):
+            assert client.states(name, since)[-1]["state"] in ("failed", "passed")
+        # each run says in its progress which mode it runs in
+        modes = {
+            v.title.rsplit(" ", 1)[-1]: v.message
+            for _, _, v in client.progress_log[began:]
+            if isinstance(v, lsp.WorkDoneProgressBegin)
+        }
+        assert modes == {OP: f"{mode} (run request)", TWIN: f"{mode} (run request)"}, (command, modes)
+    found = await client.request("gpuemu/discoverOps")
+    assert {i["name"]: i["status"] for i in found["workspaces"][0]["items"]} == statuses  # the last run's
+
+
+# --- hover and code lens -----------------------------------------------------------------------------
+async def test_hover_shows_results_and_heatmap(editor: Any, buggy_ws: Any) -> None:
+    client, root, on_def, on_toml = await failing(editor, buggy_ws)
+    toml, src = root / "gpuemu.toml", root / "softmax_tail_mask.py"
+
+    texts = []
+    for path, pos in ((toml, on_toml.range.end), (src, on_def.range.start)):
+        hover = await client.hover(path, pos.line, pos.character + 1)
+        assert hover is not None, path
+        assert isinstance(hover.contents, lsp.MarkupContent) and hover.contents.kind == lsp.MarkupKind.Markdown
+        texts.append(hover.contents.value)
+    for text in texts:
+        assert text.startswith(f"**{OP}**: FAIL")
+        assert "| dtype | layout | passed | max error / tolerance |" in text
+        rows = [line for line in text.split("\n") if line.startswith("| float32 |")]
+        assert rows, text
+        assert "First failure: **" in text and f"seed {on_def.data['seed']}" in text
+        block = text.split("```")
+        assert len(block) >= 3, f"no heatmap block in hover:\n{text}"
+        heat = block[1].strip("\n").split("\n")
+        assert heat and all(len(row) == len(heat[0]) for row in heat), heat
+        assert any(ch not in " ·" for row in heat for ch in row), "an all-blank heatmap shows nothing"
+        assert f"Replay: `gpuemu reproduce --op {OP} --seed {on_def.data['seed']}`" in text
+
+    twin_line = line_of(toml.read_text(), f'name = "{TWIN}"')
+    twin = await client.hover(toml, twin_line, 3)
+    assert twin is not None and twin.contents.value.startswith(f"**{TWIN}**: PASS")
+    assert "```" not in twin.contents.value
+    # not on an op: no hover
+    assert await client.hover(toml, line_of(toml.read_text(), "[project]"), 1) is None
+
+
+@pytest.mark.parametrize("editor", ["neovim"], indirect=True)
+async def test_code_lens_shows_status_and_runs_the_op(editor: Any, buggy_ws: Any) -> None:
+    client, root, _, on_toml = await failing(editor, buggy_ws)
+    toml, src = root / "gpuemu.toml", root / "softmax_tail_mask.py"
+    src_text = src.read_text()
+    for path, lines in (
+        (toml, {OP: on_toml.range.start.line, TWIN: line_of(toml.read_text(), f'name = "{TWIN}"') - 1}),
+        (src, {OP: line_of(src_text, f"def {OP}("), TWIN: line_of(src_text, f"def {TWIN}(")}),
+    ):
+        lenses = await client.code_lens(path)
+        by_op = {lens.command.arguments[0]["op"]: lens for lens in lenses if lens.command}
+        assert set(by_op) == {OP, TWIN}, lenses
+        for name, line in lines.items():
+            lens = by_op[name]
+            assert lens.range.start.line == line, (path.name, name, lens.range)
+            assert lens.command.command == "gpuemu.runOp"
+            assert list(lens.command.arguments or []) == [{"workspace": str(root.resolve()), "op": name}]
+        assert by_op[OP].command.title.startswith(f"✗ gpuemu {OP}:")
+        assert by_op[TWIN].command.title.startswith(f"✓ gpuemu {TWIN}:")
+
+    lens = by_op[OP]
+    since = len(client.op_states)
+    out = await client.execute(lens.command.command, *lens.command.arguments)
+    assert out["results"][0]["status"] == "failed"
+    assert client.states(OP, since)
