@@ -186,8 +186,40 @@ def _from_user(exc: BaseException, root: Path) -> bool:
     return user_frame(exc.__traceback__, root)[0] is not None
 
 
-class _StdinText(io.TextIOWrapper):
-    """What a script sees as sys.stdin: text with a ``.buffer``, like the real thing."""
+class _TextIn(io.StringIO):
+    """A script's sys.stdin: the request as text (no decoding pass), with a ``.buffer`` for scripts that read bytes."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self._bytes: io.BytesIO | None = None
+
+    @property
+    def buffer(self) -> io.BytesIO:
+        if self._bytes is None:
+            self._bytes = io.BytesIO(self.read().encode("utf-8"))
+        return self._bytes
+
+
+class _BytesOut:
+    """``sys.stdout.buffer`` of a script: bytes written land, decoded, in the text sink."""
+
+    def __init__(self, sink: io.StringIO) -> None:
+        self.sink = sink
+
+    def write(self, data: bytes) -> int:
+        self.sink.write(bytes(data).decode("utf-8", errors="replace"))
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+
+class _TextOut(io.StringIO):
+    """A script's sys.stdout: text kept as text (no encode/decode round trip), with a ``.buffer``."""
+
+    @property
+    def buffer(self) -> _BytesOut:
+        return _BytesOut(self)
 
 
 class ScriptRunner(Runner):
@@ -209,10 +241,8 @@ class ScriptRunner(Runner):
             ) from None
 
     def call(self, inputs: dict[str, np.ndarray], kwargs: dict[str, Any]) -> dict[str, np.ndarray]:
-        request = wire.encode_request(inputs, kwargs, strides=self.strides).encode("utf-8")
-        stdin = _StdinText(io.BytesIO(request), encoding="utf-8")
-        out_bytes = io.BytesIO()
-        stdout = io.TextIOWrapper(out_bytes, encoding="utf-8", write_through=True)
+        stdin = _TextIn(wire.encode_request(inputs, kwargs, strides=self.strides))
+        stdout = _TextOut()
         stderr = io.StringIO()
         saved = sys.stdin, sys.stdout, sys.stderr, sys.argv
         saved_path = list(sys.path)
@@ -249,7 +279,7 @@ class ScriptRunner(Runner):
         if status not in (0, None):
             raise CallError("exit", f"{self.who} script exited with status {status}", str(self.path), None, err_tail)
         try:
-            return wire.decode_response(out_bytes.getvalue().decode("utf-8", errors="replace"))
+            return wire.decode_response(stdout.getvalue())
         except wire.ProtocolError as exc:
             raise CallError("bad_output", f"{self.who} script: {exc}", str(self.path), None, err_tail) from None
 

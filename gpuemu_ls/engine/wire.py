@@ -94,8 +94,16 @@ def decode_tensor(obj: Any, where: str = "tensor") -> np.ndarray:
     return np.ascontiguousarray(view)
 
 
+def _tensor_text(arr: np.ndarray, strides: bool) -> str:
+    """One tensor as JSON text, assembled directly: base64 needs no escaping, so json.dumps would only scan it."""
+    t = encode_tensor(arr, strides=strides)
+    extra = f', "strides": {json.dumps(t["strides"])}' if "strides" in t else ""
+    return f'{{"shape": {json.dumps(t["shape"])}, "dtype": "{t["dtype"]}"{extra}, "data": "{t["data"]}"}}'
+
+
 def encode_request(inputs: dict[str, np.ndarray], kwargs: dict[str, Any], *, strides: bool = False) -> str:
-    return json.dumps({"inputs": {k: encode_tensor(v, strides=strides) for k, v in inputs.items()}, "kwargs": kwargs})
+    body = ", ".join(f"{json.dumps(k)}: {_tensor_text(v, strides)}" for k, v in inputs.items())
+    return f'{{"inputs": {{{body}}}, "kwargs": {json.dumps(kwargs)}}}'
 
 
 def decode_request(text: str) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
