@@ -149,6 +149,7 @@ def run_case(
 ) -> CaseResult:
     """Run one case: the op on the case's inputs, the reference on the same values in float64, compare."""
     op = ctx.op
+    started = time.perf_counter()
     inputs: CaseInputs = with_layout(snapshot, spec.layout) if snapshot is not None else generate_inputs(op, spec)
     result = CaseResult(op.name, spec.seed, spec, "passed", from_snapshot=snapshot is not None)
     pristine = _buffers(inputs.views, spec.layout)
@@ -259,6 +260,7 @@ def run_case(
                 op.invariants, op_out[name], ref_out[name], inputs.logical[first].shape if first else None, atol, rtol
             )
     result.durations["compare"] = time.perf_counter() - t0
+    result.durations["case"] = time.perf_counter() - started
     bad = [c for c in result.comparisons if not c.passed]
     if bad:
         worst = max(bad, key=lambda c: (c.kind in ("shape_mismatch", "dtype_mismatch"), c.max_ratio))

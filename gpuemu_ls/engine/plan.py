@@ -20,6 +20,7 @@ first dtype) with a default or boundary shape, so a quick failure still replays 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -81,8 +82,13 @@ class CaseSpec:
 
 def _window_pick(op: str, axis: str, seed: int, options: tuple[str, ...]) -> str:
     n = len(options)
-    perm = Stream("window", op, axis, seed // n).permutation(n)
-    return options[perm[seed % n]]
+    return options[_window_perm(op, axis, seed // n, n)[seed % n]]
+
+
+@functools.lru_cache(maxsize=4096)
+def _window_perm(op: str, axis: str, window: int, n: int) -> tuple[int, ...]:
+    """The keyed permutation of one window (shared by its n seeds, so computed once)."""
+    return tuple(Stream("window", op, axis, window).permutation(n))
 
 
 def boundary_values(dim: DimSpec) -> list[int]:

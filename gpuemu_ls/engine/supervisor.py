@@ -10,6 +10,7 @@ worker carries on with the next case.
 from __future__ import annotations
 
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -86,6 +87,10 @@ class Worker:
             )
         child.close()
         self.conn = Connection(parent.detach())
+        self.poller = select.poll()  # one for the worker's life (multiprocessing's wait() builds one per call)
+        self.poller.register(self.conn.fileno(), select.POLLIN | select.POLLHUP | select.POLLERR)
+        self.inflight = 0  # cases sent and not answered yet
+        self.phase = "op"  # what the oldest unanswered case is doing
         self.cancel = cancel
         self.op_name: str | None = None
         self.started = time.monotonic()
@@ -140,7 +145,7 @@ class Worker:
                 self.kill()
                 raise WorkerLost("timeout", phase[0], f"no answer within {timeout:g} s", self.stderr_tail())
             try:
-                ready = self.conn.poll(min(remaining, 0.05))
+                ready = bool(self.poller.poll(int(min(remaining, 0.05) * 1000) + 1))
             except (OSError, ValueError):
                 ready = True
             if self.cancel is not None and self.cancel.is_set():
@@ -157,6 +162,16 @@ class Worker:
                 deadline = time.monotonic() + timeout
                 continue
             return msg
+
+    def _drain_phases(self) -> None:
+        """Read what a dead worker left in the socket, so its last announced phase is known."""
+        try:
+            while self.poller.poll(0):
+                msg = self.conn.recv()
+                if msg[0] == "phase":
+                    self.phase = msg[2]
+        except (EOFError, OSError, ValueError):
+            pass
 
     def _died(self, phase: str) -> None:
         try:
@@ -187,10 +202,27 @@ class Worker:
         self.op_name = op.name
         return msg[1]
 
-    def run_case(self, spec: CaseSpec, snapshot: dict[str, Any] | None, timeout: float) -> CaseResult:
-        self.conn.send(("case", spec.to_dict(), snapshot))
-        msg = self._recv(timeout, ["op"])
+    def submit(self, spec: CaseSpec, snapshot: dict[str, Any] | None) -> None:
+        """Queue a case; the worker runs queued cases back to back (see :meth:`result`)."""
+        try:
+            self.conn.send(("case", spec.to_dict(), snapshot))
+        except OSError:  # it died on a case already queued: report that one, as a read would
+            self._drain_phases()
+            self._died(self.phase)
+        self.inflight += 1
+
+    def result(self, timeout: float) -> CaseResult:
+        """The result of the oldest queued case; its phases each get ``timeout`` (WorkerLost names the phase)."""
+        phase = [self.phase]
+        msg = self._recv(timeout, phase)
+        self.phase = phase[0]
         if msg[0] != "result":
-            raise WorkerLost("crash", "op", f"unexpected worker message {msg[0]!r}: {msg[1:]}")
+            raise WorkerLost("crash", self.phase, f"unexpected worker message {msg[0]!r}: {msg[1:]}")
+        self.inflight -= 1
+        self.phase = "op"  # the next queued case starts with its op
         result: CaseResult = msg[1]
         return result
+
+    def run_case(self, spec: CaseSpec, snapshot: dict[str, Any] | None, timeout: float) -> CaseResult:
+        self.submit(spec, snapshot)
+        return self.result(timeout)

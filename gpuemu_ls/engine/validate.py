@@ -11,6 +11,7 @@ import hashlib
 import re
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -33,6 +34,8 @@ VERDICT_MODES = ("quick", "thorough", "fuzz")
 #: After this many crashes or timeouts in a row an op stops: its verdict (error) cannot change, and
 #: each further hang would cost a whole timeout.
 MAX_CONSECUTIVE_LOST = 3
+#: Cases queued to a worker at once: it runs the next while the supervisor reads the last result.
+PIPELINE = 2
 
 
 @dataclass
@@ -201,11 +204,26 @@ def run_op(
             w.setup(config.root, op, config.validation, timeout, calibration=options.mode == "calibrate")
         return w
 
-    for i, spec in enumerate(specs):
-        snapshot = (snapshots or {}).get(spec.seed)
+    window = 1 if options.fail_fast else PIPELINE
+    pending: deque[CaseSpec] = deque()  # sent to the worker, in order, not answered yet
+    sent = 0  # specs[:sent] have been sent (or answered)
+
+    def snapshot_of(spec: CaseSpec) -> dict[str, np.ndarray] | None:
+        return (snapshots or {}).get(spec.seed)
+
+    i = -1
+    while pending or sent < len(specs):
+        i += 1
+        spec = pending[0] if pending else specs[sent]
         try:
             worker = ready_worker()
-            result = worker.run_case(spec, snapshot, timeout)
+            while sent < len(specs) and len(pending) < window:  # keep the worker busy while we read
+                worker.submit(specs[sent], snapshot_of(specs[sent]))
+                pending.append(specs[sent])
+                sent += 1
+            spec = pending[0]
+            result = worker.result(timeout)
+            pending.popleft()
         except SetupFailed as exc:
             outcome.status = "error"
             outcome.setup_error = exc.info
@@ -213,10 +231,16 @@ def run_op(
             outcome.message = first[0] if first else "setup failed"
             workers.drop()
             break
-        except WorkerLost as exc:
+        except WorkerLost as exc:  # the oldest case in flight was running: it is the one that crashed or hung
             workers.drop()
             lost_in_a_row += 1
-            result = _lost_case(config.root, op, spec, snapshot, exc)
+            if pending and pending[0] is spec:
+                pending.popleft()
+            elif not pending and sent < len(specs) and specs[sent] is spec:
+                sent += 1
+            sent -= len(pending)  # the others never ran: send them again to the next worker
+            pending.clear()
+            result = _lost_case(config.root, op, spec, snapshot_of(spec), exc)
             if exc.phase == "setup":
                 outcome.status = "error"
                 outcome.setup_error = {"kind": f"import_{exc.kind}", "message": exc.message, "stderr": exc.stderr}
@@ -230,6 +254,7 @@ def run_op(
         else:
             lost_in_a_row = 0
         outcome.cases.append(result)
+        i = len(outcome.cases) - 1
         if options.on_case:
             options.on_case(op.name, result, i + 1, len(specs))
         if options.fail_fast and result.status != "passed":
@@ -241,6 +266,8 @@ def run_op(
         if options.time_budget and time.monotonic() - start > options.time_budget and i + 1 < len(specs):
             outcome.stopped = f"time budget of {options.time_budget:g} s spent after {i + 1}/{len(specs)} cases"
             break
+    if pending:  # stopped early with cases still queued: drop their worker rather than wait for them
+        workers.drop()
     outcome.elapsed = time.monotonic() - start
     if outcome.status not in ("error", "cancelled"):
         outcome.status = op_status(outcome.cases)

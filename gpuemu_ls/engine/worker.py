@@ -81,6 +81,12 @@ def _limit_cpu(seconds: float) -> None:
         pass
 
 
+def _announce(conn: Connection, seed: int, phase: str) -> None:
+    """Tell the supervisor a case left its op phase (a case starts in it), so a crash is blamed right."""
+    if phase != "op":
+        conn.send(("phase", seed, phase))
+
+
 def serve(conn: Connection) -> None:
     """Answer messages until the supervisor says exit or goes away."""
     ctx: CaseContext | None = None
@@ -122,7 +128,7 @@ def serve(conn: Connection) -> None:
                 continue
             _limit_cpu(cpu_seconds)
             try:
-                result = run_case(ctx, spec, snapshot, phase=lambda p, s=spec.seed: conn.send(("phase", s, p)))
+                result = run_case(ctx, spec, snapshot, phase=lambda p, s=spec.seed: _announce(conn, s, p))
             except MemoryError:
                 result = CaseResult(
                     spec.op, spec.seed, spec, "error", "out_of_memory", "the case ran out of memory (memory_limit_mb)"

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuemu_ls.engine.plan import derive_case
 from gpuemu_ls.engine.config import Config, load_config
+from gpuemu_ls.engine.plan import derive_case
 from gpuemu_ls.engine.store import Store
 from gpuemu_ls.engine.validate import RunOptions, RunResult, crash_site, run_validation
 
