@@ -63,9 +63,15 @@ def script_throughput(quick: bool) -> dict[str, Any]:
     """#1: a script-based op and reference, warm workers vs one Python start per script per case."""
     cases, cold_cases = (40, 4) if quick else (200, 20)
     with tempfile.TemporaryDirectory() as tmp:
-        root = write_workspace(Path(tmp) / "ws", SCRIPT_TOML, {"ops/kernels.py": SOFTMAX_KERNEL,
-                                                                 "ops/softmax_op.py": SOFTMAX_SCRIPT_OP,
-                                                                 "refs/softmax_ref.py": SOFTMAX_SCRIPT_REF})
+        root = write_workspace(
+            Path(tmp) / "ws",
+            SCRIPT_TOML,
+            {
+                "ops/kernels.py": SOFTMAX_KERNEL,
+                "ops/softmax_op.py": SOFTMAX_SCRIPT_OP,
+                "refs/softmax_ref.py": SOFTMAX_SCRIPT_REF,
+            },
+        )
         warm, res = _run(root, cases, store=False)
         o = res.outcomes[0]
         assert o.status == "passed" and len(o.cases) == cases, o.message
@@ -75,21 +81,48 @@ def script_throughput(quick: bool) -> dict[str, Any]:
         t0 = time.perf_counter()
         for spec in specs:  # what gpuemu did: one `python script.py` per script per case
             x = generate_inputs(op, spec).logical["x"]
-            out = subprocess.run([PYTHON, str(root / "ops/softmax_op.py")], input=wire.encode_request({"x": x}, {}),
-                                 capture_output=True, text=True, cwd=root, check=True)
-            ref = subprocess.run([PYTHON, str(root / "refs/softmax_ref.py")],
-                                 input=wire.encode_request({"x": x.astype(np.float64)}, {}), capture_output=True,
-                                 text=True, cwd=root, check=True)
-            cmp = compare_output("result", wire.decode_response(out.stdout)["result"],
-                                 wire.decode_response(ref.stdout)["result"], "float32", 1e-5, 1e-5)
+            out = subprocess.run(
+                [PYTHON, str(root / "ops/softmax_op.py")],
+                input=wire.encode_request({"x": x}, {}),
+                capture_output=True,
+                text=True,
+                cwd=root,
+                check=True,
+            )
+            ref = subprocess.run(
+                [PYTHON, str(root / "refs/softmax_ref.py")],
+                input=wire.encode_request({"x": x.astype(np.float64)}, {}),
+                capture_output=True,
+                text=True,
+                cwd=root,
+                check=True,
+            )
+            cmp = compare_output(
+                "result",
+                wire.decode_response(out.stdout)["result"],
+                wire.decode_response(ref.stdout)["result"],
+                "float32",
+                1e-5,
+                1e-5,
+            )
             assert cmp.passed
         cold = time.perf_counter() - t0
     warm_case, cold_case = warm / cases, cold / cold_cases
     ratio = cold_case / warm_case
-    return result(1, "fuzz throughput, script op + script reference, softmax [64,1024] fp32: warm workers vs one "
-                     "Python start per script per case", ratio, "x", ">= 50x", ratio >= 50,
-                  warm_ms_per_case=round(warm_case * 1e3, 2), cold_ms_per_case=round(cold_case * 1e3, 1),
-                  warm_cases=cases, cold_cases=cold_cases, warm_total_s=round(warm, 2))
+    return result(
+        1,
+        "fuzz throughput, script op + script reference, softmax [64,1024] fp32: warm workers vs one "
+        "Python start per script per case",
+        ratio,
+        "x",
+        ">= 50x",
+        ratio >= 50,
+        warm_ms_per_case=round(warm_case * 1e3, 2),
+        cold_ms_per_case=round(cold_case * 1e3, 1),
+        warm_cases=cases,
+        cold_cases=cold_cases,
+        warm_total_s=round(warm, 2),
+    )
 
 
 def inprocess_overhead(quick: bool) -> dict[str, Any]:
@@ -114,10 +147,18 @@ def inprocess_overhead(quick: bool) -> dict[str, Any]:
         bare_t = best_of(3, bare)
         engine_t = min(_run(root, cases, store=True)[0] for _ in range(2))
     ratio = engine_t / bare_t
-    return result(2, "in-process op + module:function reference, softmax [64,1024] fp32: whole run (workers, "
-                     "generation, store) vs bare numpy op + reference + comparison", ratio, "x", "<= 1.5x",
-                  ratio <= 1.5, engine_ms_per_case=round(engine_t / cases * 1e3, 2),
-                  bare_ms_per_case=round(bare_t / cases * 1e3, 2), cases=cases)
+    return result(
+        2,
+        "in-process op + module:function reference, softmax [64,1024] fp32: whole run (workers, "
+        "generation, store) vs bare numpy op + reference + comparison",
+        ratio,
+        "x",
+        "<= 1.5x",
+        ratio <= 1.5,
+        engine_ms_per_case=round(engine_t / cases * 1e3, 2),
+        bare_ms_per_case=round(bare_t / cases * 1e3, 2),
+        cases=cases,
+    )
 
 
 def comparison(quick: bool) -> dict[str, Any]:
@@ -137,10 +178,18 @@ def comparison(quick: bool) -> dict[str, Any]:
     assert cmp.passed
     speed = sub_t / cmp_t
     extra = peak / a.nbytes
-    return result(3, f"comparison of two 2^{n.bit_length() - 1}-element fp32 tensors vs one np.subtract pass",
-                  speed, "x of np.subtract's speed", ">= 0.5x and extra memory <= 1x one tensor",
-                  speed >= 0.5 and extra <= 1.0, compare_s=round(cmp_t, 3), subtract_s=round(sub_t, 3),
-                  extra_memory_mb=round(peak / 2**20, 1), extra_memory_x_tensor=round(extra, 4))
+    return result(
+        3,
+        f"comparison of two 2^{n.bit_length() - 1}-element fp32 tensors vs one np.subtract pass",
+        speed,
+        "x of np.subtract's speed",
+        ">= 0.5x and extra memory <= 1x one tensor",
+        speed >= 0.5 and extra <= 1.0,
+        compare_s=round(cmp_t, 3),
+        subtract_s=round(sub_t, 3),
+        extra_memory_mb=round(peak / 2**20, 1),
+        extra_memory_x_tensor=round(extra, 4),
+    )
 
 
 BENCHMARKS = {1: script_throughput, 2: inprocess_overhead, 3: comparison}

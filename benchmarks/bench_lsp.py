@@ -57,9 +57,14 @@ async def _client(root: Path, options: dict[str, Any]) -> Any:
         return None
 
     await client.start_io(PYTHON, "-m", "gpuemu_ls.server")
-    await client.initialize_session(lsp.InitializeParams(
-        capabilities=client_capabilities("visual-studio-code"), root_uri=root.as_uri(),
-        workspace_folders=[lsp.WorkspaceFolder(root.as_uri(), root.name)], initialization_options=options))
+    await client.initialize_session(
+        lsp.InitializeParams(
+            capabilities=client_capabilities("visual-studio-code"),
+            root_uri=root.as_uri(),
+            workspace_folders=[lsp.WorkspaceFolder(root.as_uri(), root.name)],
+            initialization_options=options,
+        )
+    )
     client.states = states  # type: ignore[attr-defined]
     return client
 
@@ -76,8 +81,9 @@ async def _save_to_diagnostics(quick: bool) -> dict[str, Any]:
         client = await _client(root, {"mode": "quick", "onOpen": False})
         src = root / "softmax.py"
         toml = (root / "gpuemu.toml").as_uri()
-        client.text_document_did_open(lsp.DidOpenTextDocumentParams(
-            lsp.TextDocumentItem(src.as_uri(), "python", 1, src.read_text())))
+        client.text_document_did_open(
+            lsp.DidOpenTextDocumentParams(lsp.TextDocumentItem(src.as_uri(), "python", 1, src.read_text()))
+        )
         latencies = []
         for i in range(saves):
             published: list[float] = []
@@ -88,8 +94,7 @@ async def _save_to_diagnostics(quick: bool) -> dict[str, Any]:
             deadline = start + 30
             while time.perf_counter() < deadline:
                 await asyncio.sleep(0.005)
-                finals = [t for t, s in client.states[n_states:] if _state(s, "state") in
-                          ("passed", "failed", "error")]
+                finals = [t for t, s in client.states[n_states:] if _state(s, "state") in ("passed", "failed", "error")]
                 if finals and toml in client.diagnostics:
                     published.append(time.perf_counter())
                     break
@@ -98,10 +103,18 @@ async def _save_to_diagnostics(quick: bool) -> dict[str, Any]:
             await asyncio.sleep(0.3)
         await client.shutdown_session()
     p50 = median(latencies)
-    return result(4, "language server: save to published diagnostics, examples/quickstart quick mode (softmax, "
-                     "16 cases), real LSP client", p50, "s (p50)", "p50 < 1.0 s", p50 < 1.0,
-                  p90=round(pct(latencies, 90), 3), runs=len(latencies),
-                  all=[round(x, 3) for x in latencies])
+    return result(
+        4,
+        "language server: save to published diagnostics, examples/quickstart quick mode (softmax, "
+        "16 cases), real LSP client",
+        p50,
+        "s (p50)",
+        "p50 < 1.0 s",
+        p50 < 1.0,
+        p90=round(pct(latencies, 90), 3),
+        runs=len(latencies),
+        all=[round(x, 3) for x in latencies],
+    )
 
 
 async def _latency_while_validating(quick: bool) -> dict[str, Any]:
@@ -111,33 +124,49 @@ async def _latency_while_validating(quick: bool) -> dict[str, Any]:
         client = await _client(root, {"mode": "thorough", "onOpen": False})
         toml = root / "gpuemu.toml"
         text = toml.read_text()
-        client.text_document_did_open(lsp.DidOpenTextDocumentParams(
-            lsp.TextDocumentItem(toml.as_uri(), "toml", 1, text)))
-        run = asyncio.ensure_future(client.protocol.send_request_async(
-            "gpuemu/runOps", {"ids": ["op:slow"], "mode": "thorough"}))
+        client.text_document_did_open(
+            lsp.DidOpenTextDocumentParams(lsp.TextDocumentItem(toml.as_uri(), "toml", 1, text))
+        )
+        run = asyncio.ensure_future(
+            client.protocol.send_request_async("gpuemu/runOps", {"ids": ["op:slow"], "mode": "thorough"})
+        )
         await asyncio.sleep(1.0)  # the validation is under way
         hover, action = [], []
         line = next(i for i, s in enumerate(text.splitlines()) if s.startswith("name"))
         for _ in range(requests):
             t0 = time.perf_counter()
-            await client.text_document_hover_async(lsp.HoverParams(lsp.TextDocumentIdentifier(toml.as_uri()),
-                                                                   lsp.Position(line, 2)))
+            await client.text_document_hover_async(
+                lsp.HoverParams(lsp.TextDocumentIdentifier(toml.as_uri()), lsp.Position(line, 2))
+            )
             hover.append(time.perf_counter() - t0)
             t0 = time.perf_counter()
-            await client.text_document_code_action_async(lsp.CodeActionParams(
-                lsp.TextDocumentIdentifier(toml.as_uri()), lsp.Range(lsp.Position(line, 0), lsp.Position(line, 1)),
-                lsp.CodeActionContext(diagnostics=[])))
+            await client.text_document_code_action_async(
+                lsp.CodeActionParams(
+                    lsp.TextDocumentIdentifier(toml.as_uri()),
+                    lsp.Range(lsp.Position(line, 0), lsp.Position(line, 1)),
+                    lsp.CodeActionContext(diagnostics=[]),
+                )
+            )
             action.append(time.perf_counter() - t0)
             await asyncio.sleep(0.02)
         running = not run.done()
         run.cancel()
         await client.shutdown_session()
     p99 = max(pct(hover, 99), pct(action, 99))
-    return result(5, "language server: hover and code-action latency while a 30 s validation runs", p99 * 1e3,
-                  "ms (p99)", "p99 < 50 ms", p99 < 0.05 and running, hover_p50_ms=round(median(hover) * 1e3, 2),
-                  hover_p99_ms=round(pct(hover, 99) * 1e3, 2), action_p50_ms=round(median(action) * 1e3, 2),
-                  action_p99_ms=round(pct(action, 99) * 1e3, 2), requests=requests,
-                  validation_still_running=running)
+    return result(
+        5,
+        "language server: hover and code-action latency while a 30 s validation runs",
+        p99 * 1e3,
+        "ms (p99)",
+        "p99 < 50 ms",
+        p99 < 0.05 and running,
+        hover_p50_ms=round(median(hover) * 1e3, 2),
+        hover_p99_ms=round(pct(hover, 99) * 1e3, 2),
+        action_p50_ms=round(median(action) * 1e3, 2),
+        action_p99_ms=round(pct(action, 99) * 1e3, 2),
+        requests=requests,
+        validation_still_running=running,
+    )
 
 
 def save_to_diagnostics(quick: bool) -> dict[str, Any]:

@@ -24,19 +24,35 @@ def relint(quick: bool) -> dict[str, Any]:
         cold = lint_file(src, cache)
         cold_t = time.perf_counter() - t0
         if not cold or cold[0].status == "not_run":
-            return result(6, "re-lint of an unchanged .cu file vs a cold nvcc compile", float("nan"), "ms",
-                          "< 20 ms", False, reason="no CUDA tools found")
+            return result(
+                6,
+                "re-lint of an unchanged .cu file vs a cold nvcc compile",
+                float("nan"),
+                "ms",
+                "< 20 ms",
+                False,
+                reason="no CUDA tools found",
+            )
         warm_t = best_of(20 if not quick else 5, lambda: lint_file(src, cache))
         hit = lint_file(src, cache)[0].cache_hit
-    return result(6, "re-lint of an unchanged .cu file (cache hit) vs a cold nvcc compile", warm_t * 1e3, "ms",
-                  "< 20 ms", warm_t < 0.02 and hit, cold_ms=round(cold_t * 1e3, 1), cache_hit=hit,
-                  speedup=round(cold_t / warm_t, 1))
+    return result(
+        6,
+        "re-lint of an unchanged .cu file (cache hit) vs a cold nvcc compile",
+        warm_t * 1e3,
+        "ms",
+        "< 20 ms",
+        warm_t < 0.02 and hit,
+        cold_ms=round(cold_t * 1e3, 1),
+        cache_hit=hit,
+        speedup=round(cold_t / warm_t, 1),
+    )
 
 
 def _ops_workspace(root: Path, n: int) -> Path:
     ops = []
     for i in range(n):
-        ops.append(textwrap.dedent(f"""
+        ops.append(
+            textwrap.dedent(f"""
             [[ops]]
             name = "op{i:03d}"
             module = "kern:scale"
@@ -48,7 +64,8 @@ def _ops_workspace(root: Path, n: int) -> Path:
             N = {{ min = 1, max = 1024, default = 256 }}
             [ops.kwargs]
             k = {i + 1}
-        """))
+        """)
+        )
     toml = '[validation]\ndtypes = ["float32", "float16", "bfloat16"]\n' + "".join(ops)
     kern = textwrap.dedent("""
         import numpy as np
@@ -67,9 +84,26 @@ def _ops_workspace(root: Path, n: int) -> Path:
 
 def _check(root: Path, jobs: int, iterations: int) -> float:
     t0 = time.perf_counter()
-    proc = subprocess.run([PYTHON, "-m", "gpuemu_ls", "ci", "--thorough", "--iterations", str(iterations),
-                           "--jobs", str(jobs), "--format", "json", "--no-progress"], cwd=root, capture_output=True,
-                          text=True, check=False)
+    proc = subprocess.run(
+        [
+            PYTHON,
+            "-m",
+            "gpuemu_ls",
+            "ci",
+            "--thorough",
+            "--iterations",
+            str(iterations),
+            "--jobs",
+            str(jobs),
+            "--format",
+            "json",
+            "--no-progress",
+        ],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     elapsed = time.perf_counter() - t0
     doc = json.loads(proc.stdout)
     assert proc.returncode == 0 and doc["status"] == "passed", proc.stdout[-2000:] + proc.stderr[-2000:]
@@ -90,11 +124,19 @@ def scaling(quick: bool) -> dict[str, Any]:
         two = _check(big, 2, iterations)
     spread = max(per_op.values()) / min(per_op.values())
     speedup = one / two
-    return result(7, f"gpuemu-ls --check thorough ({iterations} cases/op): time per op as ops grow "
-                     f"{sizes[0]} -> {sizes[-1]}; --jobs 2 vs --jobs 1", speedup, "x (jobs 2 vs 1)",
-                  "per-op time flat (linear total); >= 1.7x", speedup >= 1.7 and spread <= 1.25,
-                  seconds_per_op={str(k): round(v, 3) for k, v in per_op.items()},
-                  per_op_spread=round(spread, 2), jobs1_s=round(one, 2), jobs2_s=round(two, 2))
+    return result(
+        7,
+        f"gpuemu-ls --check thorough ({iterations} cases/op): time per op as ops grow "
+        f"{sizes[0]} -> {sizes[-1]}; --jobs 2 vs --jobs 1",
+        speedup,
+        "x (jobs 2 vs 1)",
+        "per-op time flat (linear total); >= 1.7x",
+        speedup >= 1.7 and spread <= 1.25,
+        seconds_per_op={str(k): round(v, 3) for k, v in per_op.items()},
+        per_op_spread=round(spread, 2),
+        jobs1_s=round(one, 2),
+        jobs2_s=round(two, 2),
+    )
 
 
 RSS_SCRIPT = r"""
@@ -161,10 +203,18 @@ def peak_rss(quick: bool) -> dict[str, Any]:
     out_bytes = info["elements"] * 4
     extra = (info["peak_kb"] - info["before_kb"]) * 1024
     ratio = extra / out_bytes
-    return result(8, f"peak RSS validating one {out_bytes >> 20} MiB float32 output (beyond the process before "
-                     "the case)", ratio, "x the output size", "<= 3x", ratio <= 3.0, status=info["status"],
-                  extra_mib=round(extra / 2**20, 1), output_mib=out_bytes >> 20,
-                  note="floor: the op's float32 output (1x) plus the reference's float64 output (2x)")
+    return result(
+        8,
+        f"peak RSS validating one {out_bytes >> 20} MiB float32 output (beyond the process before the case)",
+        ratio,
+        "x the output size",
+        "<= 3x",
+        ratio <= 3.0,
+        status=info["status"],
+        extra_mib=round(extra / 2**20, 1),
+        output_mib=out_bytes >> 20,
+        note="floor: the op's float32 output (1x) plus the reference's float64 output (2x)",
+    )
 
 
 BENCHMARKS = {6: relint, 7: scaling, 8: peak_rss}

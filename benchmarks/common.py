@@ -49,11 +49,18 @@ def median(values: list[float]) -> float:
 
 
 def result(number: int, measure: str, value: float, unit: str, goal: str, met: bool, **details: Any) -> dict[str, Any]:
-    return {"number": number, "measure": measure, "value": value, "unit": unit, "goal": goal, "met": bool(met),
-            "details": details}
+    return {
+        "number": number,
+        "measure": measure,
+        "value": value,
+        "unit": unit,
+        "goal": goal,
+        "met": bool(met),
+        "details": details,
+    }
 
 
-SOFTMAX_KERNEL = '''
+SOFTMAX_KERNEL = """
 import numpy as np
 
 BLOCK = 256
@@ -78,9 +85,9 @@ def softmax(x):
 def reference(x):
     e = np.exp(x - x.max(axis=-1, keepdims=True))
     return e / e.sum(axis=-1, keepdims=True)
-'''
+"""
 
-SOFTMAX_SCRIPT_OP = '''
+SOFTMAX_SCRIPT_OP = """
 import base64, json, sys
 import numpy as np
 from kernels import softmax
@@ -91,9 +98,9 @@ x = np.frombuffer(base64.b64decode(t["data"]), dtype="<f4").reshape(t["shape"])
 y = softmax(x)
 print(json.dumps({"outputs": {"result": {"shape": list(y.shape), "dtype": "float32",
                                           "data": base64.b64encode(y.astype("<f4").tobytes()).decode()}}}))
-'''
+"""
 
-SOFTMAX_SCRIPT_REF = '''
+SOFTMAX_SCRIPT_REF = """
 import base64, json, sys
 import numpy as np
 
@@ -104,4 +111,4 @@ e = np.exp(x - x.max(axis=-1, keepdims=True))
 y = e / e.sum(axis=-1, keepdims=True)
 print(json.dumps({"outputs": {"result": {"shape": list(y.shape), "dtype": "float64",
                                           "data": base64.b64encode(y.astype("<f8").tobytes()).decode()}}}))
-'''
+"""

@@ -45,17 +45,35 @@ def main() -> int:
         try:
             r = ALL[number](args.quick)
         except Exception as exc:  # a broken benchmark is a finding, not a crash of the suite
-            r = {"number": number, "measure": ALL[number].__doc__ or "", "value": float("nan"), "unit": "",
-                 "goal": "", "met": False, "details": {"error": f"{type(exc).__name__}: {exc}",
-                                                       "traceback": traceback.format_exc()}}
+            r = {
+                "number": number,
+                "measure": ALL[number].__doc__ or "",
+                "value": float("nan"),
+                "unit": "",
+                "goal": "",
+                "met": False,
+                "details": {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()},
+            }
         r["seconds"] = round(time.perf_counter() - t0, 1)
         results.append(r)
         print(f"[{number}] {r['value']!r} {r.get('unit', '')} met={r['met']} ({r['seconds']} s)", file=sys.stderr)
     out = Path(args.output)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"machine": {"python": platform.python_version(), "cpus": __import__("os").cpu_count(),
-                                           "platform": platform.platform()},
-                               "quick": args.quick, "results": results}, indent=2, default=str))
+    out.write_text(
+        json.dumps(
+            {
+                "machine": {
+                    "python": platform.python_version(),
+                    "cpus": __import__("os").cpu_count(),
+                    "platform": platform.platform(),
+                },
+                "quick": args.quick,
+                "results": results,
+            },
+            indent=2,
+            default=str,
+        )
+    )
     print(table(results))
     return 0
 

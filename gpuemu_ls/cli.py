@@ -20,7 +20,7 @@ from . import __version__
 from .console import Progress
 from .engine.baseline import baseline_path, from_document, load_baseline, regressions, write_baseline
 from .engine.calibrate import calibrate, write_tolerances
-from .engine.config import CONFIG_NAME, Config, find_workspace, load_config
+from .engine.config import CONFIG_NAME, MAX_SEED, Config, find_workspace, load_config
 from .engine.errors import ConfigError, UsageError
 from .engine.formats import FORMATS, render
 from .engine.gate import GateOptions, run_gate
@@ -50,6 +50,17 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
+def seed_arg(text: str) -> int:
+    """A seed from the command line: the range gpuemu.toml allows (the store and editors hold it exactly)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if not 0 <= value <= MAX_SEED:
+        raise argparse.ArgumentTypeError(f"must be in 0..{MAX_SEED}, got {value}")
+    return value
+
+
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "-C",
@@ -77,7 +88,7 @@ def _run_flags(p: argparse.ArgumentParser, *, fuzz: bool = False) -> None:
             help="all dtypes, layouts, shapes and distributions (default)",
         )
         p.add_argument("--op", action="append", metavar="NAME", help="only this op (repeatable)")
-    p.add_argument("--seed", type=int, metavar="N", help="first case seed (default: [validation] seed)")
+    p.add_argument("--seed", type=seed_arg, metavar="N", help="first case seed (default: [validation] seed)")
     p.add_argument("--iterations", type=int, metavar="N", help="cases per op")
     p.add_argument(
         "--parallel",
@@ -111,7 +122,7 @@ def _gate_flags(p: argparse.ArgumentParser) -> None:
         dest="mode",
         help="all dtypes, layouts, shapes and distributions, [ci] fuzz_iterations (default; nightly)",
     )
-    p.add_argument("--seed", type=int, metavar="N")
+    p.add_argument("--seed", type=seed_arg, metavar="N")
     p.add_argument("--iterations", type=int, metavar="N")
     p.add_argument("--parallel", "--jobs", "-j", type=int, dest="jobs", metavar="N")
     p.add_argument("--format", choices=FORMATS, default="text")
@@ -158,7 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("reproduce", help="re-run op and reference on the stored (or regenerated) inputs of a seed")
     _common(p)
     p.add_argument("--op", required=True, metavar="NAME")
-    p.add_argument("--seed", required=True, type=int, metavar="N")
+    p.add_argument("--seed", required=True, type=seed_arg, metavar="N")
     p.add_argument("--regenerate", action="store_true", help="ignore the stored snapshot; regenerate from the seed")
     p.add_argument("--minimized", action="store_true", help="replay the minimized case (gpuemu minimize)")
     p.add_argument("--no-repro", action="store_true", help="do not write the standalone reproduction")
@@ -167,7 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("minimize", help="shrink a failing case to the smallest one that fails the same way")
     _common(p)
     p.add_argument("--op", required=True, metavar="NAME")
-    p.add_argument("--seed", required=True, type=int, metavar="N")
+    p.add_argument("--seed", required=True, type=seed_arg, metavar="N")
     p.add_argument("--max-trials", type=int, default=400, metavar="N")
     p.add_argument("--format", choices=("text", "json"), default="text")
 
@@ -216,7 +227,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--iterations", type=int, default=200, metavar="N", help="cases per dtype (default 200)")
     p.add_argument("--method", default="p95", help="p50, p90, p95 (default), p99 or max of the per-case errors")
     p.add_argument("--factor", type=float, default=1.5, help="safety factor on the statistic (default 1.5)")
-    p.add_argument("--seed", type=int, metavar="N")
+    p.add_argument("--seed", type=seed_arg, metavar="N")
     p.add_argument("--parallel", "--jobs", "-j", type=int, dest="jobs", default=1, metavar="N")
     p.add_argument("--write", action="store_true", help="write the proposal into [ops.tolerances] of gpuemu.toml")
     p.add_argument("--format", choices=("text", "json"), default="text")

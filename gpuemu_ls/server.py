@@ -40,7 +40,7 @@ from .diagnostics.actions import (
 from .diagnostics.build import workspace_diagnostics
 from .diagnostics.hover import kernel_hover, op_hover
 from .diagnostics.ranges import op_header_range, op_target
-from .engine.config import CONFIG_NAME, find_workspace
+from .engine.config import CONFIG_NAME, MAX_SEED, find_workspace
 from .engine.zygote import get_zygote
 from .options import ServerOptions
 from .session.jobs import Job, JobRunner
@@ -460,8 +460,9 @@ def create_server() -> GpuemuServer:
         s = ls.session_for(path)
         if s is None:
             return
-        if path == s.config_path and params.text_document.text != _read_text(path):
-            ls.reload(s, params.text_document.text)  # an unsaved buffer differs from the file
+        if path == s.config_path and params.text_document.text != s.loaded_text:
+            # an unsaved buffer, or a file that changed on disk unseen (watch off, a checkout while busy)
+            ls.reload(s, params.text_document.text, saved=params.text_document.text == _read_text(path))
         if not ls.options.on_open or s.config is None:
             return
         ops, kernels = s.affected(path)
@@ -819,13 +820,30 @@ async def _command(ls: GpuemuServer, name: str, params: dict[str, Any]) -> Any:
         ls.message(f"gpuemu: no usable gpuemu.toml in {root}", lsp.MessageType.Error)
         return {"error": "no workspace"}
     op_name = params.get("op")
-    if name == REPRODUCE:
-        return await _reproduce(ls, s, op_name, int(params["seed"]))
-    if name == MINIMIZE:
-        return await _minimize(ls, s, op_name, int(params["seed"]))
-    if name == CALIBRATE:
-        return await _calibrate(ls, s, op_name, params.get("iterations") or 100)
+    if not isinstance(op_name, str) or op_name not in {o.name for o in s.config.ops}:
+        return {"error": f"no op {op_name!r} in {s.config_path}"}
+    try:
+        if name == REPRODUCE:
+            return await _reproduce(ls, s, op_name, _int_arg(params, "seed"))
+        if name == MINIMIZE:
+            return await _minimize(ls, s, op_name, _int_arg(params, "seed"))
+        if name == CALIBRATE:
+            return await _calibrate(ls, s, op_name, _int_arg(params, "iterations", 100))
+    except Exception as exc:  # a bad argument, or the engine call failed: an answer, never a server error
+        what = f"{name.removeprefix('gpuemu.')} {op_name}"
+        ls.message(f"gpuemu: {what}: {exc}", lsp.MessageType.Warning)
+        return {"error": str(exc)}
     return None
+
+
+def _int_arg(params: dict[str, Any], key: str, default: int | None = None) -> int:
+    value = params.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ValueError(f"{key} must be an integer, got {value!r}")
+    number = int(value)
+    if not 0 <= number <= MAX_SEED:
+        raise ValueError(f"{key} must be in 0..{MAX_SEED}, got {number}")
+    return number
 
 
 async def _with_progress(ls: GpuemuServer, s: WorkspaceSession, title: str, fn: Any) -> Any:
@@ -840,7 +858,12 @@ async def _with_progress(ls: GpuemuServer, s: WorkspaceSession, title: str, fn: 
         ls.token_jobs[token] = job
     try:
         assert job.future is not None
-        return await asyncio.wrap_future(job.future)
+        out = await asyncio.wrap_future(job.future)
+        if job.error is not None:
+            raise job.error
+        if job.cancel.is_set():
+            raise RuntimeError("cancelled")
+        return out
     finally:
         if token:
             ls.work_done_progress.end(token, lsp.WorkDoneProgressEnd(message="done"))
@@ -916,11 +939,7 @@ async def _minimize(ls: GpuemuServer, s: WorkspaceSession, op_name: str, seed: i
         repro = write_repro(cfg, op, res.minimized.spec, res.minimized_inputs, res.minimized, label="_min")
         return {**describe(res), "repro": str(repro)}
 
-    try:
-        out = await _with_progress(ls, s, f"gpuemu: minimize {op_name} seed {seed}", work)
-    except Exception as exc:
-        ls.message(f"gpuemu: minimize {op_name} seed {seed}: {exc}", lsp.MessageType.Warning)
-        return {"error": str(exc)}
+    out = await _with_progress(ls, s, f"gpuemu: minimize {op_name} seed {seed}", work)
     s.refresh()
     ls.publish(s)
     shapes = " ".join(f"{k}={v}" for k, v in out["minimized"]["shapes"].items())

@@ -12,6 +12,7 @@ import ast
 import difflib
 import functools
 import importlib.util
+import math
 import os
 import sys
 from collections.abc import Callable
@@ -29,6 +30,8 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 CONFIG_NAME = "gpuemu.toml"
+#: The largest seed: seeds reach editors as JSON numbers, exact in JavaScript and Lua only up to 2**53 - 1.
+MAX_SEED = 2**53 - 1
 FRAMEWORKS = ("numpy", "pytorch", "jax", "tensorflow")
 EXECUTION_MODES = ("in_process", "script_based", "client_side", "daemon_orchestrated")
 LAYOUTS = ("contiguous", "transposed", "strided")
@@ -285,9 +288,32 @@ def load_config(root: Path, *, text: str | None = None, user_config: Path | None
     return checker.build(root, path, merged)
 
 
+def _deepest_line(text: str) -> int:
+    """The line where bracket nesting first gets deep (where the RecursionError started)."""
+    depth = 0
+    for number, line in enumerate(text.splitlines(), 1):
+        for ch in line:
+            depth += ch in "[{"
+            depth -= ch in "]}"
+            if depth > 100:
+                return number
+    return 1
+
+
 def _parse_checked(path: Path, text: str, *, user: bool) -> tuple[dict[str, Any], _Checker]:
     try:
         raw = tomllib.loads(text)
+    except RecursionError:  # tomllib recurses per nesting level: "a = [[[[...]]]]" thousands deep
+        raise ConfigError(
+            [
+                Problem(
+                    "TOML nesting too deep to read (arrays or inline tables inside each other)",
+                    path,
+                    _deepest_line(text),
+                    1,
+                )
+            ]
+        ) from None
     except tomllib.TOMLDecodeError as exc:
         line, col = _decode_error_position(exc)
         raise ConfigError(
@@ -483,7 +509,19 @@ class _Checker:
                 "list": "an array",
             }
             self.problem(path, f"{self.dotted(path)} must be {words[kind]}, not {_tname(value)}")
+        elif kind == "number" and isinstance(value, float) and not math.isfinite(value):
+            # nan would switch a timeout off and an inf tolerance makes a check that cannot fail
+            self.problem(path, f"{self.dotted(path)} must be a finite number, got {value}")
+            return False
         return ok
+
+    def seed(self, path: tuple[str | int, ...], value: Any) -> None:
+        if self.typed(path, value, "int") and not 0 <= value <= MAX_SEED:
+            self.problem(
+                path,
+                f"{self.dotted(path)} must be in 0..{MAX_SEED}, got {value}",
+                "seeds travel as JSON numbers to editors, which hold integers exactly up to 2**53 - 1",
+            )
 
     def str_list(
         self,
@@ -600,7 +638,7 @@ class _Checker:
             if k in tbl:
                 self.typed((*path, k), tbl[k], "bool")
         if "seed" in tbl:
-            self.nonneg((*path, "seed"), tbl["seed"], "int")
+            self.seed((*path, "seed"), tbl["seed"])
         if "tolerances" in tbl:
             self.tolerances((*path, "tolerances"), tbl["tolerances"])
         if "iterations" in tbl:
@@ -656,11 +694,28 @@ class _Checker:
         for k in ("nvcc", "arch"):
             if k in tbl:
                 self.typed((*path, k), tbl[k], "str")
-        for k in ("flags", "include_dirs", "defines"):
-            if k in tbl:
-                self.str_list((*path, k), tbl[k], what=k[:-1], allow_empty=True)
+        self.compiler_args(path, tbl)
         if "artifact_checks" in tbl:
             self.artifact_checks((*path, "artifact_checks"), tbl["artifact_checks"])
+
+    def compiler_args(self, path: tuple[str | int, ...], tbl: dict[str, Any]) -> None:
+        """flags, include_dirs, defines: strings; flags and defines free of shell characters (nvcc's
+        driver runs through /bin/sh, so ``defines = ["X=$(cmd)"]`` would run cmd)."""
+        from .cuda.compile import SHELL_SAFE_TEXT, shell_safe
+
+        for key in ("flags", "include_dirs", "defines"):
+            if key not in tbl:
+                continue
+            self.str_list((*path, key), tbl[key], what=key[:-1], allow_empty=True)
+            if key == "include_dirs" or not isinstance(tbl[key], list):
+                continue
+            for i, item in enumerate(tbl[key]):
+                if isinstance(item, str) and not shell_safe(item):
+                    self.problem(
+                        (*path, key, i),
+                        f"{key[:-1]} {item!r} holds characters a shell would interpret",
+                        f"nvcc runs its phases through /bin/sh; use only {SHELL_SAFE_TEXT}",
+                    )
 
     def artifact_checks(self, path: tuple[str | int, ...], value: Any) -> None:
         tbl = self.table(path, value)
@@ -774,7 +829,7 @@ class _Checker:
             self.nonneg((*path, "iterations"), op["iterations"], "int", positive=True)
         if "seeds" in op and self.typed((*path, "seeds"), op["seeds"], "list"):
             for j, s in enumerate(op["seeds"]):
-                self.nonneg((*path, "seeds", j), s, "int")
+                self.seed((*path, "seeds", j), s)
         if "kwargs" in op:
             self.table((*path, "kwargs"), op["kwargs"])
         dims = self.check_dims((*path, "dims"), op.get("dims", {}))
@@ -965,9 +1020,7 @@ class _Checker:
             for key in ("reference", "function", "arch"):
                 if key in tbl:
                     self.typed((*path, key), tbl[key], "str")
-            for key in ("flags", "include_dirs", "defines"):
-                if key in tbl:
-                    self.str_list((*path, key), tbl[key], what=key[:-1], allow_empty=True)
+            self.compiler_args(path, tbl)
             if "artifact_checks" in tbl:
                 self.artifact_checks((*path, "artifact_checks"), tbl["artifact_checks"])
 

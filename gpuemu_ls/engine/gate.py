@@ -103,8 +103,15 @@ def run_gate(config: Config, options: GateOptions, store: Store | None = None) -
         if store is not None:
             run_id = run.run_id if run is not None else None
             if run_id is None:  # a workspace of kernels only: a run to hold their results
-                run_id = store.begin_run(source=options.source, mode=options.mode, seed=None, iterations=None,
-                                         workspace=config.root, config_hash="", command=options.command)
+                run_id = store.begin_run(
+                    source=options.source,
+                    mode=options.mode,
+                    seed=None,
+                    iterations=None,
+                    workspace=config.root,
+                    config_hash="",
+                    command=options.command,
+                )
             for e in kernel_entries:
                 store.add_op_result(
                     run_id, e["name"], "kernel", e["status"], duration=e["elapsed"], message=e["message"], detail=e

@@ -60,6 +60,24 @@ def failure_entry(r: CaseResult, root: Path) -> dict[str, Any]:
     }
 
 
+def locate_failures(
+    failures: list[dict[str, Any]], source: dict[str, Any] | None, reference: dict[str, Any] | None
+) -> list[dict[str, Any]]:
+    """Give every failure a file and line: a wrong answer, a timeout or a hard exit has no frame of its own,
+    so it points at the function (or script) that produced it: the reference's for reference_* kinds."""
+    for f in failures:
+        if f.get("file") and f.get("line"):
+            continue
+        home = reference if str(f.get("kind", "")).startswith("reference_") else source
+        if not home:
+            continue
+        if not f.get("file"):
+            f["file"], f["line"] = home["file"], home["line"]
+        else:
+            f["line"] = home["line"] if f["file"] == home["file"] else 1
+    return failures
+
+
 def _first_bad(r: CaseResult) -> list[int] | None:
     for c in r.comparisons:
         if not c.passed and c.first_index is not None:
@@ -103,7 +121,11 @@ def op_entry_dict(config: Config, o: OpOutcome) -> dict[str, Any]:
         "location": op_entry(config, op).to_dict(root),
         "source": src.to_dict(root) if src else None,
         "reference_source": ref.to_dict(root) if ref else None,
-        "failures": [failure_entry(r, root) for r in failures[:MAX_FAILURES_PER_OP]],
+        "failures": locate_failures(
+            [failure_entry(r, root) for r in failures[:MAX_FAILURES_PER_OP]],
+            src.to_dict(root) if src else None,
+            ref.to_dict(root) if ref else None,
+        ),
         "failures_total": len(failures),
     }
 
@@ -334,7 +356,11 @@ def document_from_store(
                     "location": op_entry(config, op).to_dict(config.root),
                     "source": src.to_dict(config.root) if src else None,
                     "reference_source": ref.to_dict(config.root) if ref else None,
-                    "failures": fails[:MAX_FAILURES_PER_OP],
+                    "failures": locate_failures(
+                        fails[:MAX_FAILURES_PER_OP],
+                        src.to_dict(config.root) if src else None,
+                        ref.to_dict(config.root) if ref else None,
+                    ),
                     "failures_total": len(fails),
                     "run_id": row["run_id"],
                     "finished_at": row.get("finished_at"),

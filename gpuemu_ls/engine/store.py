@@ -280,8 +280,9 @@ class Store:
             )
         )
 
-    def add_cases(self, run_id: str, results: list[CaseResult], *, max_snapshots: int | None = None,
-                  root: Path | None = None) -> None:
+    def add_cases(
+        self, run_id: str, results: list[CaseResult], *, max_snapshots: int | None = None, root: Path | None = None
+    ) -> None:
         """Store case results; non-passing ones with their input snapshot (up to ``max_snapshots``).
 
         Files inside the workspace ``root`` are stored relative to it, so a store that travels with

@@ -142,8 +142,10 @@ class Worker:
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
+                time.sleep(0.05)  # the worker's own watchdog dumped its stack just before: let the write land
+                tail = self.stderr_tail()  # before kill(), which closes the log
                 self.kill()
-                raise WorkerLost("timeout", phase[0], f"no answer within {timeout:g} s", self.stderr_tail())
+                raise WorkerLost("timeout", phase[0], f"no answer within {timeout:g} s", tail)
             try:
                 ready = bool(self.poller.poll(int(min(remaining, 0.05) * 1000) + 1))
             except (OSError, ValueError):

@@ -34,6 +34,7 @@ class PositionIndex:
 
     def __init__(self, text: str) -> None:
         self._entries: dict[Path_, Entry] = {}
+        self._ends: dict[Path_, tuple[int, int]] | None = None
         _Scanner(text, self._entries).run()
 
     def key(self, path: Path_) -> Span | None:
@@ -60,14 +61,22 @@ class PositionIndex:
         head = self._entries.get(tuple(path))
         if head is None:
             return None
-        end_line, end_col = head.key.end_line, head.key.end_column
-        n = len(path)
-        for p, e in self._entries.items():
-            if len(p) > n and p[:n] == tuple(path):
-                span = e.value or e.key
-                if (span.end_line, span.end_column) > (end_line, end_col):
-                    end_line, end_col = span.end_line, span.end_column
+        end_line, end_col = max((head.key.end_line, head.key.end_column), self._table_ends().get(tuple(path), (0, 0)))
         return Span(head.key.line, head.key.column, end_line, end_col)
+
+    def _table_ends(self) -> dict[Path_, tuple[int, int]]:
+        """For every path, where the last thing under it ends: one pass, so a 10,000-op file answers at once."""
+        if self._ends is None:
+            ends: dict[Path_, tuple[int, int]] = {}
+            for p, e in self._entries.items():
+                span = e.value or e.key
+                end = (span.end_line, span.end_column)
+                for n in range(1, len(p)):
+                    prefix = p[:n]
+                    if ends.get(prefix, (0, 0)) < end:
+                        ends[prefix] = end
+            self._ends = ends
+        return self._ends
 
     def paths(self) -> list[Path_]:
         return list(self._entries)

@@ -27,6 +27,7 @@ from .plan import QUICK_STRATEGIES, CaseSpec, derive_case, iter_seeds, mode_filt
 from .runners import is_library
 from .store import Store
 from .supervisor import Cancelled, SetupFailed, Worker, WorkerLost
+from .worker import CASE_MARK
 
 MODES = ("quick", "thorough")
 #: Runs whose per-op result is the op's verdict; a one-case replay or a calibration is not.
@@ -289,7 +290,8 @@ def _lost_case(
         except Exception:
             snapshot = None
     what = "crashed" if exc.kind == "crash" else "timed out"
-    file, line = crash_site(exc.stderr, root)
+    stderr = this_case_stderr(exc.stderr)
+    file, line = crash_site(stderr, root)
     return CaseResult(
         op.name,
         spec.seed,
@@ -297,7 +299,7 @@ def _lost_case(
         "error",
         kind,
         f"the {who} {what}: {exc.message}",
-        stderr=exc.stderr[-2000:],
+        stderr=stderr[-2000:],
         snapshot=snapshot,
         from_snapshot=False,
         file=file,
@@ -306,19 +308,35 @@ def _lost_case(
 
 
 _FRAME = re.compile(r'File "([^"]+)", line (\d+)')
+_ESCAPE = re.compile(r"\\x([0-9a-fA-F]{2})|\\u([0-9a-fA-F]{4})|\\U([0-9a-fA-F]{8})")
+
+
+def this_case_stderr(stderr: str) -> str:
+    """What the worker wrote since the last case began (it marks each start), without the marker."""
+    text = stderr or ""
+    at = text.rfind(CASE_MARK)
+    if at < 0:
+        return text
+    end = text.find("\n", at)
+    return text[end + 1 :] if end >= 0 else ""
+
+
+def _unescape(name: str) -> str:
+    """faulthandler writes non-ASCII characters of file names as \\xNN, \\uNNNN or \\UNNNNNNNN."""
+    return _ESCAPE.sub(lambda m: chr(int(next(g for g in m.groups() if g), 16)), name)
 
 
 def crash_site(stderr: str, root: Path | None) -> tuple[str | None, int | None]:
-    """The innermost workspace frame of the faulthandler dump a crashed worker left in its stderr."""
+    """The innermost workspace frame of the faulthandler dump a crashed (or hung) worker left in its stderr."""
     text = stderr or ""
     marker = max(text.rfind("Fatal Python error"), text.rfind("most recent call first"))
     if marker >= 0:  # only the dump of the crash itself, not tracebacks the op logged earlier
         text = text[marker:]
-    frames = _FRAME.findall(text)
-    for file, line in frames:  # faulthandler prints the innermost frame first
-        if "gpuemu_ls" in file or is_library(file):
-            continue
-        if root is None or Path(file).resolve().is_relative_to(root):
+    for raw, line in _FRAME.findall(text):  # faulthandler prints the innermost frame first
+        file = _unescape(raw)
+        if file.startswith("<") or "gpuemu_ls" in file or is_library(file):
+            continue  # "<frozen runpy>", "<string>": no file, and they would resolve inside the cwd
+        if root is None or Path(file).resolve().is_relative_to(root.resolve()):
             return file, int(line)
     return None, None
 
@@ -375,8 +393,9 @@ def run_validation(
         outcome.diagnosis = diagnose(outcome, op, config.root)
         if store is not None and run_id is not None and outcome.status != "cancelled":
             with store_lock:
-                store.add_cases(run_id, outcome.cases, max_snapshots=config.validation.max_failure_snapshots,
-                                root=config.root)
+                store.add_cases(
+                    run_id, outcome.cases, max_snapshots=config.validation.max_failure_snapshots, root=config.root
+                )
                 if options.mode in VERDICT_MODES:
                     _store_verdict(store, run_id, outcome, options.mode)
         if options.on_op:

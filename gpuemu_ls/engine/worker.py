@@ -50,10 +50,21 @@ def build_context(root: Path, op: OpConfig, validation: ValidationConfig) -> Cas
     return CaseContext(root, op, validation, op_runner, ref_runner)
 
 
+def _kill_own_group(_signum: int, _frame: object) -> None:
+    os.killpg(0, signal.SIGKILL)  # this worker leads its process group: it and whatever the op started
+
+
 def _die_with_parent() -> None:
+    """When the supervisor dies (even by kill -9), take down this worker *and* what the op started.
+
+    The kernel sends SIGTERM (PR_SET_PDEATHSIG) and the handler kills the whole group; a worker stuck in C
+    code that holds the GIL still ends at its CPU limit (see _limit_cpu). Under the zygote, the zygote
+    does this instead when the supervisor's socket closes.
+    """
+    signal.signal(signal.SIGTERM, _kill_own_group)
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
 
@@ -81,8 +92,16 @@ def _limit_cpu(seconds: float) -> None:
         pass
 
 
-def _announce(conn: Connection, seed: int, phase: str) -> None:
-    """Tell the supervisor a case left its op phase (a case starts in it), so a crash is blamed right."""
+CASE_MARK = "--- gpuemu: case seed="
+
+
+def _announce(conn: Connection, seed: int, phase: str, watchdog: float) -> None:
+    """Tell the supervisor a case left its op phase (a case starts in it), so a crash is blamed right.
+
+    Each phase gets the supervisor's full timeout, so the stack dump is re-armed to fire just before it:
+    a hung op or reference then leaves the line it is stuck on in the log (see validate.crash_site).
+    """
+    faulthandler.dump_traceback_later(watchdog, exit=False)
     if phase != "op":
         conn.send(("phase", seed, phase))
 
@@ -91,6 +110,7 @@ def serve(conn: Connection) -> None:
     """Answer messages until the supervisor says exit or goes away."""
     ctx: CaseContext | None = None
     cpu_seconds = 60.0
+    watchdog = 54.0
     while True:
         try:
             msg = conn.recv()
@@ -105,7 +125,9 @@ def serve(conn: Connection) -> None:
                 os.chdir(cwd)
                 ctx = build_context(Path(root), op, validation)
                 ctx.calibration = calibration
-                cpu_seconds = (op.timeout or validation.timeout) * max(1, os.cpu_count() or 1) + 1.0
+                timeout = op.timeout or validation.timeout
+                cpu_seconds = timeout * max(1, os.cpu_count() or 1) + 1.0
+                watchdog = max(0.05, 0.9 * timeout)
                 conn.send(("ready", {"op": ctx.op_runner.where, "reference": ctx.ref_runner.where}))
             except CallError as exc:
                 ctx = None
@@ -127,8 +149,11 @@ def serve(conn: Connection) -> None:
                 conn.send(("internal_error", "case before a successful setup"))
                 continue
             _limit_cpu(cpu_seconds)
+            os.write(2, f"{CASE_MARK}{spec.seed} ---\n".encode())  # validate.crash_site reads from here on
             try:
-                result = run_case(ctx, spec, snapshot, phase=lambda p, s=spec.seed: _announce(conn, s, p))
+                result = run_case(
+                    ctx, spec, snapshot, phase=lambda p, s=spec.seed, w=watchdog: _announce(conn, s, p, w)
+                )
             except MemoryError:
                 result = CaseResult(
                     spec.op, spec.seed, spec, "error", "out_of_memory", "the case ran out of memory (memory_limit_mb)"
@@ -142,6 +167,8 @@ def serve(conn: Connection) -> None:
                     "internal_error",
                     f"gpuemu internal error: {exc}\n{traceback.format_exc()}",
                 )
+            finally:
+                faulthandler.cancel_dump_traceback_later()
             for c in result.comparisons:
                 c.mask = None  # diagnosis features are already taken; the mask stays here
             conn.send(("result", result))

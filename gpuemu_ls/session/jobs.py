@@ -38,6 +38,7 @@ class Job:
     total: int = 0
     done: int = 0
     failed: int = 0
+    error: Exception | None = None  # why ``work`` raised: the future then yields None, a caller re-raises it
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -75,6 +76,7 @@ class JobRunner:
             try:
                 result = work(job)
             except Exception as exc:
+                job.error = exc
                 self._finish(
                     job,
                     {

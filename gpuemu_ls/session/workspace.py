@@ -61,6 +61,7 @@ class WorkspaceSession:
         self.generation = 0  # config reloads requested (the server skips stale ones)
         self.saved_config: Config | None = None  # as last read from disk: what a save is compared against
         self.loader: Any = None  # the server's one-thread executor for config reloads
+        self.loaded_text: str | None = None  # the text the current problems/config came from
 
     # --- config --------------------------------------------------------------------------
     def load(self, text: str | None = None, *, saved: bool | None = None) -> bool:
@@ -70,17 +71,25 @@ class WorkspaceSession:
         become ``saved_config``, the state the next save is compared against. By default, a load from
         disk (no text) is saved, a buffer is not.
         """
-        saved = text is None if saved is None else saved
+        from_disk = text is None
+        saved = from_disk if saved is None else saved
+        if text is None:  # read it here, so what was checked is known (didOpen compares with it)
+            try:
+                text = self.config_path.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError):
+                text = None  # load_config reports it
         try:
             config = load_config(self.root, text=text)
         except ConfigError as exc:
             with self.lock:
+                self.loaded_text = text
                 self.problems = list(exc.problems)
                 self.warnings = []
-                if text is None:
+                if from_disk:
                     self.config = None
             return False
         with self.lock:
+            self.loaded_text = text
             self.config = config
             self.problems = []
             self.warnings = list(config.warnings)

@@ -24,6 +24,7 @@ from gpuemu_ls.engine.cuda import (
     parse_pattern,
     regressions,
 )
+from gpuemu_ls.engine.cuda.compile import compile_cuda
 from gpuemu_ls.engine.cuda.result import KernelLintResult as ResultType
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "cuda"
@@ -414,3 +415,32 @@ def test_baseline_diff_on_real_results(lint) -> None:
     assert {"spill_bytes", "local_memory_bytes"} <= bad
     assert "registers" not in bad  # fewer registers is not a regression
     assert not regressions(diff_results(base, base))
+
+
+SHELLY = "ws $(touch PWNED) `touch PWNED`; echo"
+
+
+def test_shell_characters_in_paths_run_nothing_and_errors_name_the_real_files(tmp_path, tools) -> None:
+    """nvcc's driver runs through /bin/sh: a folder and a source named like commands compile through a
+    shell-safe copy, their quoted includes resolve, and messages and deps name the user's real files."""
+    root = tmp_path / SHELLY
+    root.mkdir()
+    (root / "two $(touch PWNED).cuh").write_text("#define TWO 2.0f\n")
+    src = root / "k $(touch PWNED);.cu"
+    src.write_text('#include "two $(touch PWNED).cuh"\n__global__ void scale(float* x) { x[threadIdx.x] *= TWO; }\n')
+    bad = root / "bad $(touch PWNED).cu"
+    bad.write_text("__global__ void broken(float* x) {\n    x[0] = y;\n}\n")
+    (ok,) = lint_file(src, None, tools=tools)
+    assert ok.status == "passed", [f.message for f in ok.findings]
+    (err,) = lint_file(bad, None, tools=tools)
+    e = only(err.findings, "nvcc-error")
+    assert (Path(e.file), e.line) == (bad, 2) and '"y"' in e.message
+    assert list(tmp_path.rglob("PWNED*")) == [] and not list(Path.cwd().glob("PWNED*"))
+
+
+def test_defines_with_shell_characters_are_refused(tmp_path, tools) -> None:
+    src = tmp_path / "k.cu"
+    src.write_text("__global__ void scale(float* x) { x[threadIdx.x] *= 2.0f; }\n")
+    out = compile_cuda(tools, src, tmp_path / "work", defines=["SCALE=$(touch PWNED)"])
+    assert not out.ok and out.command == [] and "shell characters" in out.messages[0].message
+    assert list(tmp_path.rglob("PWNED*")) == []

@@ -29,8 +29,9 @@ BUGGY = {
 
 
 def gpuemu(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gpuemu_ls", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=600, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "gpuemu_ls", *args], cwd=cwd, capture_output=True, text=True, timeout=600, check=False
+    )
 
 
 @pytest.fixture(scope="module")
@@ -69,8 +70,18 @@ def test_failure_lines_carry_everything_to_act_on(buggy: dict) -> None:
     proc = gpuemu("failures", "--op", "matmul_acc_overwrite", cwd=buggy["ws"])
     assert proc.returncode == 0
     line = proc.stdout.splitlines()[0]
-    for part in ("FAIL matmul_acc_overwrite", "[mismatch", "seed=", "dtype=", "a=[", "b=[", "layout=", "dist=",
-                 "max abs err", "atol="):
+    for part in (
+        "FAIL matmul_acc_overwrite",
+        "[mismatch",
+        "seed=",
+        "dtype=",
+        "a=[",
+        "b=[",
+        "layout=",
+        "dist=",
+        "max abs err",
+        "atol=",
+    ):
         assert part in line, line
     assert "replay: gpuemu reproduce --op matmul_acc_overwrite --seed" in proc.stdout
 
@@ -91,9 +102,19 @@ def test_replay_reproduces_and_standalone_repro_runs_without_gpuemu(buggy: dict)
 def test_quickstart_passes_through_the_gate(tmp_path: Path) -> None:
     ws = tmp_path / "quickstart"
     shutil.copytree(EXAMPLES / "quickstart", ws, ignore=shutil.ignore_patterns(".gpuemu"))
-    proc = subprocess.run([sys.executable, "-c", "import sys; from gpuemu_ls.cli import server_main; "
-                           "sys.exit(server_main(['--check', sys.argv[1], '--format', 'json']))", str(ws)],
-                          capture_output=True, text=True, timeout=600, check=False)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from gpuemu_ls.cli import server_main; "
+            "sys.exit(server_main(['--check', sys.argv[1], '--format', 'json']))",
+            str(ws),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     doc = json.loads(proc.stdout)
     assert doc["status"] == "passed" and doc["summary"]["ops"] >= 4

@@ -503,3 +503,33 @@ def test_module_with_syntax_error_points_at_the_syntax_error(workspace) -> None:
     assert p.message.startswith("cannot parse ops.py to find 'softmax': syntax error at ops.py:2")
     assert (p.line, p.column) == line_col(text, '"ops:softmax"')
     assert "ops.py:2" in f"{p.message} {p.hint}"
+
+
+@pytest.mark.parametrize(
+    ("line", "says"),
+    [
+        ("timeout = nan", "validation.timeout must be a finite number, got nan"),
+        ("timeout = inf", "validation.timeout must be a finite number, got inf"),
+        ("tolerances = { float32 = { atol = inf } }", "must be a finite number, got inf"),
+        ("seed = 9007199254740992", "validation.seed must be in 0..9007199254740991, got 9007199254740992"),
+        ("seed = -1", "validation.seed must be in 0..9007199254740991, got -1"),
+    ],
+)
+def test_numbers_a_check_could_not_honour_are_refused(workspace, line: str, says: str) -> None:
+    """nan switches a timeout off, an inf tolerance passes anything, a seed past 2**53 - 1 changes in an editor."""
+    text = f"[validation]\n{line}\n" + OP_HEAD
+    p = only(workspace(text, SUPPORT))
+    assert says in p.message and p.line == 2, p
+
+
+def test_deep_nesting_is_a_config_error_not_a_crash(workspace) -> None:
+    text = OP_HEAD + "deep = " + "[" * 20_000 + "]" * 20_000 + "\n"
+    p = only(workspace(text, SUPPORT))
+    assert "nesting too deep" in p.message and p.line == 6
+
+
+def test_compiler_defines_with_shell_characters_are_refused(workspace) -> None:
+    text = OP_HEAD + '\n[[kernels]]\nname = "k"\nsource = "k.cu"\ndefines = ["OK=1", "X=$(touch PWNED)"]\n'
+    p = only(workspace(text, {**SUPPORT, "k.cu": "__global__ void k() {}\n"}))
+    assert "'X=$(touch PWNED)' holds characters a shell would interpret" in p.message
+    assert (p.line, p.column) == line_col(text, '"X=$(')

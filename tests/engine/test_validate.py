@@ -12,7 +12,8 @@ import pytest
 from gpuemu_ls.engine.config import Config, load_config
 from gpuemu_ls.engine.plan import derive_case
 from gpuemu_ls.engine.store import Store
-from gpuemu_ls.engine.validate import RunOptions, RunResult, crash_site, run_validation
+from gpuemu_ls.engine.validate import RunOptions, RunResult, crash_site, run_validation, this_case_stderr
+from gpuemu_ls.engine.worker import CASE_MARK
 
 TOML = """
 [validation]
@@ -187,8 +188,9 @@ def _parity_seeds(root: Path) -> list[int]:
     probe = root / "probe"
     probe.mkdir()
     (probe / "ops.py").write_text("def segv(x):\n    return x\n\ndef reference(x):\n    return x\n")
-    (probe / "gpuemu.toml").write_text(TOML.split("[[ops]]")[0] + "[[ops]]" + TOML.split("[[ops]]")[1]
-                                       .replace("@SEGV_SEEDS@", "[]"))
+    (probe / "gpuemu.toml").write_text(
+        TOML.split("[[ops]]")[0] + "[[ops]]" + TOML.split("[[ops]]")[1].replace("@SEGV_SEEDS@", "[]")
+    )
     op = load_config(probe, user_config=probe / "none.toml").op("segv")
     odd: dict[int, int] = {}
     even: dict[int, int] = {}
@@ -278,6 +280,8 @@ def test_hanging_op_times_out_and_the_run_goes_on(cfg: Config) -> None:
     assert len(o.cases) == 4 and o.status == "error"
     assert all(kinds[n] == "op_timeout" for n in kinds if n % 2) and all(kinds[n] is None for n in kinds if n % 2 == 0)
     assert all("no answer within 1 s" in c.message for c in o.cases if c.kind)
+    stuck = OPS.splitlines().index("        time.sleep(60)") + 1
+    assert all((Path(c.file), c.line) == (cfg.root / "ops.py", stuck) for c in o.cases if c.kind)  # the dump
     assert elapsed < 12  # two 1 s timeouts plus worker restarts, not 60 s sleeps
     time.sleep(0.2)
     assert processes_with(b"gpuemu-test-grandchild") == []  # the whole process group was killed
@@ -404,3 +408,26 @@ def test_crash_site_ignores_tracebacks_logged_before_the_crash(tmp_path: Path) -
         f'  File "{root}/kernels/op.py", line 15 in op\n'
     )
     assert crash_site(earlier + dump, root) == (f"{root}/kernels/op.py", 15)
+
+
+def test_crash_site_reads_only_the_case_that_crashed(tmp_path: Path) -> None:
+    """A slow earlier case left a watchdog dump; the next case exits without one: no stale site is named."""
+    root = tmp_path / "ws"
+    slow = (
+        f"{CASE_MARK}1 ---\nTimeout (0:00:09)!\nThread 0x00007f (most recent call first):\n"
+        f'  File "{root}/kernels/op.py", line 15 in op\n'
+    )
+    text = this_case_stderr(slow + f"{CASE_MARK}2 ---\nlast words\n")
+    assert text == "last words\n" and crash_site(text, root) == (None, None)
+
+
+def test_crash_site_unescapes_non_ascii_paths_and_skips_pseudo_files(tmp_path: Path) -> None:
+    root = tmp_path / "wörk ✓"
+    root.mkdir()
+    escaped = str(root).replace("ö", "\\xf6").replace("✓", "\\u2713")
+    dump = (
+        "Fatal Python error: Aborted\n\nCurrent thread 0x00007f (most recent call first):\n"
+        f'  File "{escaped}/op.py", line 7 in op\n  File "<frozen runpy>", line 88 in _run_code\n'
+    )
+    assert crash_site(dump, root) == (f"{root}/op.py", 7)
+    assert crash_site('  File "<frozen runpy>", line 88 in _run_code\n', root) == (None, None)

@@ -80,14 +80,6 @@ def allocate_2gb(x):
     return x * 2 + big[0] - 1
 """
 
-NO_ZYGOTE_ORPHANS = (
-    "BUG: with GPUEMU_NO_ZYGOTE=1 a CLI or server killed with SIGKILL leaves what an op started "
-    "running: the worker dies by PR_SET_PDEATHSIG (worker.py:53 _die_with_parent) but nobody kills "
-    "its process group; e.g. set PDEATHSIG to SIGTERM with a handler that does os.killpg(0, SIGKILL) "
-    "(the worker leads its own session), or spawn fallback workers through a small guardian that "
-    "kills the group when the supervisor's socket closes, as the zygote does"
-)
-
 
 def probe_ws(root: Path, *, timeout: float = 1.0, memory_mb: int | None = 1024) -> Path:
     validation = f"timeout = {timeout}\n" + (f"memory_limit_mb = {memory_mb}\n" if memory_mb else "")
@@ -223,7 +215,7 @@ def test_what_an_op_started_dies_with_its_worker(tmp_path: Path, mode: str, how:
 def _params_outlive() -> list[Any]:
     return [
         pytest.param("zygote", id="zygote"),
-        pytest.param("no_zygote", id="no_zygote", marks=pytest.mark.xfail(strict=True, reason=NO_ZYGOTE_ORPHANS)),
+        pytest.param("no_zygote", id="no_zygote"),
     ]
 
 
@@ -271,7 +263,7 @@ def test_sigint_stops_the_cli_and_everything_it_started(tmp_path: Path, cleanup_
         ("zygote", "shutdown"),
         ("no_zygote", "shutdown"),
         ("zygote", "kill9"),
-        pytest.param("no_zygote", "kill9", marks=pytest.mark.xfail(strict=True, reason=NO_ZYGOTE_ORPHANS)),
+        ("no_zygote", "kill9"),
     ],
 )
 async def test_nothing_outlives_the_server(tmp_path: Path, mode: str, end: str, cleanup_pids: list[int]) -> None:

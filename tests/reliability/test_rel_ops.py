@@ -146,22 +146,6 @@ SCRIPTS = {
 
 HANG_TIMEOUT = 2.5
 
-# Root causes of the gaps this catalogue shows in the CLI's failure lines (see the report of issue 9).
-NO_LOC_FAILED = (
-    "BUG: a wrong answer (failed case) carries no file/line, so the CLI's failure line names none "
-    "(README promises '(file.py:21)'); fall back to the op's source location "
-    "(engine/results.py:27 failure_entry, engine/formats/text.py:36)"
-)
-NO_LOC_LOST = (
-    "BUG: a timeout or a hard exit without a faulthandler dump has no file/line in the CLI "
-    "(engine/validate.py:281 _lost_case); fall back to the op's/reference's def line, and dump the "
-    "stuck stack (faulthandler.dump_traceback_later) before the supervisor's kill"
-)
-NO_LINE_SCRIPT = (
-    "BUG: script-level errors (exit status, junk or no JSON) carry the file but no line, and "
-    "engine/formats/text.py:36 then drops the file too; give the SystemExit line or line 1"
-)
-
 
 @dataclass(frozen=True)
 class Case:
@@ -203,7 +187,6 @@ CASES = [
         "ops.py",
         None,
         "os_exits",
-        cli_bug=NO_LOC_LOST,
     ),
     Case("op_abort", _m("aborts"), "error", ("op_crash",), r"SIGABRT", "ops.py", "os.abort()", "aborts"),
     Case(
@@ -218,7 +201,6 @@ CASES = [
         "ops.py",
         None,
         "hangs",
-        cli_bug=NO_LOC_LOST,
     ),
     Case(
         "op_recursion",
@@ -239,7 +221,6 @@ CASES = [
         "ops.py",
         None,
         "wrong_shape",
-        cli_bug=NO_LOC_FAILED,
     ),
     Case(
         "op_wrong_dtype",
@@ -250,7 +231,6 @@ CASES = [
         "ops.py",
         None,
         "wrong_dtype",
-        cli_bug=NO_LOC_FAILED,
     ),
     Case(
         "op_all_nan",
@@ -261,7 +241,6 @@ CASES = [
         "ops.py",
         None,
         "all_nan",
-        cli_bug=NO_LOC_FAILED,
     ),
     Case(
         "op_returns_2gb", _m("huge"), "error", ("op_error",), r"MemoryError", "ops.py", "return np.ones(2**28)", "huge"
@@ -275,7 +254,6 @@ CASES = [
         "ops.py",
         None,
         "mutates",
-        cli_bug=NO_LOC_FAILED,
     ),
     Case(
         "op_mutates_strided_gaps",
@@ -287,7 +265,6 @@ CASES = [
         None,
         "mutates_gaps",
         layouts='["strided"]',
-        cli_bug=NO_LOC_FAILED,
     ),
     Case(
         "op_script_junk",
@@ -296,7 +273,6 @@ CASES = [
         ("op_bad_output",),
         r"printed text before its JSON",
         "scripts/junk_op.py",
-        cli_bug=NO_LINE_SCRIPT,
     ),
     Case(
         "op_script_exit",
@@ -305,7 +281,6 @@ CASES = [
         ("op_exit",),
         r"exited with status 2",
         "scripts/exit_op.py",
-        cli_bug=NO_LINE_SCRIPT,
     ),
     Case(
         "op_script_abort",
@@ -374,7 +349,6 @@ CASES = [
         "ops.py",
         None,
         "ref_hangs",
-        cli_bug=NO_LOC_LOST,
     ),
     Case(
         "ref_recursion",
@@ -403,7 +377,6 @@ CASES = [
         ("reference_bad_output",),
         r"printed text before its JSON",
         "scripts/junk_ref.py",
-        cli_bug=NO_LINE_SCRIPT,
     ),
     Case(
         "ref_script_garbage",
@@ -412,7 +385,6 @@ CASES = [
         ("reference_bad_output",),
         r"base64",
         "scripts/garbage_ref.py",
-        cli_bug=NO_LINE_SCRIPT,
     ),
     Case(
         "ref_script_silent",
@@ -421,7 +393,6 @@ CASES = [
         ("reference_bad_output",),
         r"printed nothing",
         "scripts/silent_ref.py",
-        cli_bug=NO_LINE_SCRIPT,
     ),
     Case(
         "ref_script_exit",
@@ -430,7 +401,6 @@ CASES = [
         ("reference_exit",),
         r"exited with status 1",
         "scripts/exit_ref.py",
-        cli_bug=NO_LINE_SCRIPT,
     ),
 ]
 BY_NAME = {c.name: c for c in CASES}

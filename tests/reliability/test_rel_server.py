@@ -11,22 +11,7 @@ from pathlib import Path
 import pytest
 import relkit
 
-STALE_OPEN = (
-    "BUG: didOpen of gpuemu.toml compares the buffer with the file on disk (server.py:463), not with "
-    "the text the loaded config came from: after the file changed on disk unseen (watch off, a checkout "
-    "while the server was busy), opening it shows the stale config's diagnostics (none) instead of its "
-    "errors; reload when the buffer differs from the text the session last loaded"
-)
-MINIMIZE_NONE = (
-    "BUG: a command whose background task fails (minimize of a case that passes, reproduce or "
-    "calibrate raising) answers with an internal TypeError: JobRunner swallows the exception and "
-    "the job's future yields None (session/jobs.py:87), which server.py:926 `_minimize` (likewise "
-    "_reproduce at :886, _calibrate) then subscripts; re-raise from the job or check for None and "
-    "answer {'error': ...} as the code intends"
-)
 
-
-@pytest.mark.xfail(strict=True, reason=STALE_OPEN)
 @pytest.mark.asyncio
 async def test_opening_a_config_changed_on_disk_shows_its_errors(tmp_path: Path) -> None:
     relkit.record("config", cases=1)
@@ -54,7 +39,6 @@ async def test_opening_a_config_changed_on_disk_shows_its_errors(tmp_path: Path)
         relkit.record("server", unexpected_exits=int(code != 0))
 
 
-@pytest.mark.xfail(strict=True, reason=MINIMIZE_NONE)
 @pytest.mark.asyncio
 async def test_minimize_of_a_passing_case_answers_with_a_clear_error(tmp_path: Path) -> None:
     root = relkit.good_ws(tmp_path / "ws")

@@ -4,12 +4,18 @@ One nvcc call does everything for a .cu file: `-cubin -keep` leaves the PTX that
 fed to ptxas, `-Xptxas -v` reports per-kernel resources, and `-MD -MF` lists every
 file the source includes (the cache re-hashes those instead of calling nvcc again).
 nvcc runs in the source's folder so relative paths in its messages resolve there.
-Never `shell=True`: every argument is passed as a list item.
+Never `shell=True`: every argument is passed as a list item. nvcc's driver, though, runs its
+phases through /bin/sh, so a path it is given must hold no shell characters: sources and include
+folders whose paths do are compiled through symlinks in a shell-safe folder (see ShellSafeView),
+and flags or defines that do are refused.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import re
+import shutil
 import subprocess
 import time
 from collections.abc import Sequence
@@ -22,6 +28,56 @@ from .sass import SassFunction, parse_sass
 from .toolchain import Toolchain
 
 DEFAULT_TIMEOUT_S = 300.0
+_SHELL_SAFE = re.compile(r"[A-Za-z0-9_./+,=:@%-]+")
+SHELL_SAFE_TEXT = "letters, digits and . / + , = : @ % _ -"
+
+
+def shell_safe(text: str) -> bool:
+    """True when /bin/sh reads ``text`` as one plain word (nvcc's driver splices arguments into sh lines)."""
+    return bool(_SHELL_SAFE.fullmatch(text))
+
+
+class ShellSafeView:
+    """Shell-safe stand-ins for a source and include folders under ``folder`` (a temp dir).
+
+    The source is copied to ``folder/kernel.cu`` (nvcc resolves a symlinked input to its real name and
+    hands that to the shell) and its folder is symlinked as ``folder/src``, first on the include path, so
+    its quoted includes still resolve. ``real`` maps the stand-ins back for messages and deps.
+    """
+
+    def __init__(self, folder: Path, source: Path, include_dirs: Sequence[Path]) -> None:
+        self.real: dict[str, str] = {}
+        self.source = source
+        self.include_dirs = [Path(d).resolve() for d in include_dirs]
+        if not shell_safe(str(source)):
+            folder.mkdir(parents=True, exist_ok=True)
+            self.source = folder / "kernel.cu"
+            shutil.copyfile(source, self.source)
+            self.real[str(self.source)] = str(source)
+            self.include_dirs.insert(0, self._link(folder / "src", source.parent))
+        for i, d in enumerate(self.include_dirs):
+            if not shell_safe(str(d)):
+                folder.mkdir(parents=True, exist_ok=True)
+                self.include_dirs[i] = self._link(folder / f"include{i}", d)
+
+    def _link(self, link: Path, target: Path) -> Path:
+        link.symlink_to(target, target_is_directory=target.is_dir())
+        self.real[str(link)] = str(target)
+        return link
+
+    def path(self, text: str | None) -> str | None:
+        """A path the tools printed, with stand-ins swapped back for the user's real path."""
+        if text is None:
+            return None
+        for link, target in sorted(self.real.items(), key=lambda kv: -len(kv[0])):
+            if text == link or text.startswith(link + "/"):
+                return target + text[len(link) :]
+        return text
+
+    def text(self, log: str) -> str:
+        for link, target in sorted(self.real.items(), key=lambda kv: -len(kv[0])):
+            log = log.replace(link, target)
+        return log
 
 
 @dataclass
@@ -131,10 +187,10 @@ def nvcc_command(
         "-Xptxas",
         "-v",
     ]
-    cmd += [f"-I{Path(d).resolve()}" for d in include_dirs]
+    cmd += [f"-I{d}" for d in include_dirs]
     cmd += [f"-D{d}" for d in defines]
     cmd += list(flags)
-    cmd.append(str(source.resolve()))
+    cmd.append(str(source))
     return cmd
 
 
@@ -151,11 +207,21 @@ def compile_cuda(
 ) -> CompileOutput:
     """nvcc -cubin -keep -MD -Xptxas -v: PTX, cubin, resources, deps and messages in one run."""
     source = source.resolve()
+    unsafe = [a for a in (*flags, *(f"-D{d}" for d in defines)) if not shell_safe(a)]
+    if unsafe:
+        msg = (
+            f"refusing to pass {unsafe[0]!r} to nvcc: its driver runs through /bin/sh, where shell characters "
+            f"would run as commands; use only {SHELL_SAFE_TEXT}"
+        )
+        return CompileOutput(False, -1, [], msg, [CompilerMessage("error", "nvcc", msg, str(source))], deps=[source])
     (workdir / "keep").mkdir(parents=True, exist_ok=True)
-    cmd = nvcc_command(tools, source, workdir, arch=arch, flags=flags, include_dirs=include_dirs, defines=defines)
+    view = ShellSafeView(workdir / "view", source, include_dirs)
+    cmd = nvcc_command(
+        tools, view.source, workdir, arch=arch, flags=flags, include_dirs=view.include_dirs, defines=defines
+    )
     rc, log, secs = _run(cmd, source.parent, timeout)
-    out = CompileOutput(ok=rc == 0, returncode=rc, command=cmd, log=log, seconds=secs)
-    out.messages = parse_compiler_output(log, source.parent)
+    out = CompileOutput(ok=rc == 0, returncode=rc, command=cmd, log=view.text(log), seconds=secs)
+    out.messages = [dataclasses.replace(m, file=view.path(m.file)) for m in parse_compiler_output(log, source.parent)]
     out.ptxas = parse_ptxas_verbose(log)
     ptx_files = sorted((workdir / "keep").glob("*.ptx"))
     if ptx_files:
@@ -164,7 +230,9 @@ def compile_cuda(
     out.cubin = cubin if cubin.is_file() else None
     depfile = workdir / "deps.d"
     if depfile.is_file():
-        out.deps = parse_depfile(depfile.read_text(errors="replace"), source.parent)
+        out.deps = [
+            Path(view.path(str(p)) or p) for p in parse_depfile(depfile.read_text(errors="replace"), source.parent)
+        ]
     if source not in out.deps:
         out.deps.insert(0, source)
     if rc == 0 and out.cubin is None:

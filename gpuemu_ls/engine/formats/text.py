@@ -34,6 +34,8 @@ def failure_text(op: str, f: dict[str, Any], replay_prefix: str = "") -> str:
     tag = "FAIL" if f["status"] == "failed" else "ERROR"
     shapes = " ".join(f"{k}={v}" for k, v in f["shapes"].items())
     where = f" ({f['file']}:{f['line']})" if f.get("file") and f.get("line") else ""
+    if f.get("file") and not f.get("line"):
+        where = f" ({f['file']})"
     replay = f["replay"] if not replay_prefix else f["replay"].replace("gpuemu ", f"gpuemu {replay_prefix} ", 1)
     return (
         f"{tag} {op} [{f['kind']}: {KIND_TEXT.get(f['kind'], f['kind'])}] seed={f['seed']} dtype={f['dtype']} "
