@@ -52,11 +52,41 @@ N = 1024
 """
 
 
-def _run(root: Path, iterations: int, store: bool) -> tuple[float, Any]:
+def _run(root: Path, iterations: int, store: bool, jobs: int = 1) -> tuple[float, Any]:
     cfg = load_config(root)
     t0 = time.perf_counter()
-    res = run_validation(cfg, RunOptions(mode="thorough", iterations=iterations, store=store, source="bench"))
+    res = run_validation(
+        cfg, RunOptions(mode="thorough", iterations=iterations, store=store, source="bench", jobs=jobs)
+    )
     return time.perf_counter() - t0, res
+
+
+def _scripts_alone(root: Path, requests: list[tuple[str, str]]) -> float:
+    """Seconds per case the two scripts take by themselves (JSON, base64, numpy), run in this process on
+    requests encoded beforehand: what any warm runner of these unchanged scripts must spend at least."""
+    import contextlib
+    import io
+    import sys
+
+    codes = [
+        compile((root / p).read_text(), str(root / p), "exec") for p in ("ops/softmax_op.py", "refs/softmax_ref.py")
+    ]
+    sys.path.insert(0, str(root / "ops"))
+    try:
+        t0 = time.perf_counter()
+        for op_req, ref_req in requests:
+            for code, req in zip(codes, (op_req, ref_req), strict=True):
+                out = io.StringIO()
+                saved = sys.stdin
+                sys.stdin = io.StringIO(req)
+                try:
+                    with contextlib.redirect_stdout(out):
+                        exec(code, {"__name__": "__main__"})
+                finally:
+                    sys.stdin = saved
+        return (time.perf_counter() - t0) / len(requests)
+    finally:
+        sys.path.remove(str(root / "ops"))
 
 
 def script_throughput(quick: bool) -> dict[str, Any]:
@@ -75,9 +105,16 @@ def script_throughput(quick: bool) -> dict[str, Any]:
         warm, res = _run(root, cases, store=False)
         o = res.outcomes[0]
         assert o.status == "passed" and len(o.cases) == cases, o.message
+        warm2, res2 = _run(root, cases, store=False, jobs=2)
+        assert res2.outcomes[0].status == "passed" and len(res2.outcomes[0].cases) == cases
         cfg = load_config(root)
         op = cfg.op("softmax")
         specs = plan_op(cfg, op, "thorough", cold_cases, None)
+        requests = []
+        for spec in specs:
+            x = generate_inputs(op, spec).logical["x"]
+            requests.append((wire.encode_request({"x": x}, {}), wire.encode_request({"x": x.astype(np.float64)}, {})))
+        alone = _scripts_alone(root, requests)
         t0 = time.perf_counter()
         for spec in specs:  # what gpuemu did: one `python script.py` per script per case
             x = generate_inputs(op, spec).logical["x"]
@@ -119,6 +156,9 @@ def script_throughput(quick: bool) -> dict[str, Any]:
         ratio >= 50,
         warm_ms_per_case=round(warm_case * 1e3, 2),
         cold_ms_per_case=round(cold_case * 1e3, 1),
+        ratio_jobs_2=round(cold_case / (warm2 / cases), 1),
+        scripts_alone_ms_per_case=round(alone * 1e3, 2),
+        ceiling_for_these_scripts=round(cold_case / alone, 1),
         warm_cases=cases,
         cold_cases=cold_cases,
         warm_total_s=round(warm, 2),
@@ -145,7 +185,12 @@ def inprocess_overhead(quick: bool) -> dict[str, Any]:
                 assert bool(np.all(np.abs(y - r) <= 1e-5 + 1e-5 * np.abs(r)))
 
         bare_t = best_of(3, bare)
+        t0 = time.perf_counter()
+        for s in specs:
+            generate_inputs(op, s)
+        generation_t = time.perf_counter() - t0
         engine_t = min(_run(root, cases, store=True)[0] for _ in range(2))
+        engine2_t = min(_run(root, cases, store=True, jobs=2)[0] for _ in range(2))
     ratio = engine_t / bare_t
     return result(
         2,
@@ -157,6 +202,8 @@ def inprocess_overhead(quick: bool) -> dict[str, Any]:
         ratio <= 1.5,
         engine_ms_per_case=round(engine_t / cases * 1e3, 2),
         bare_ms_per_case=round(bare_t / cases * 1e3, 2),
+        generation_ms_per_case=round(generation_t / cases * 1e3, 2),
+        ratio_jobs_2=round(engine2_t / bare_t, 2),
         cases=cases,
     )
 

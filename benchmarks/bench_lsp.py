@@ -56,6 +56,10 @@ async def _client(root: Path, options: dict[str, Any]) -> Any:
     def register(params: Any) -> None:
         return None
 
+    @client.feature(lsp.WORKSPACE_CODE_LENS_REFRESH)
+    def refresh_lenses(params: Any) -> None:  # VS Code's capabilities declare it; answer as VS Code does
+        return None
+
     await client.start_io(PYTHON, "-m", "gpuemu_ls.server")
     await client.initialize_session(
         lsp.InitializeParams(

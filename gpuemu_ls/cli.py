@@ -97,7 +97,8 @@ def _run_flags(p: argparse.ArgumentParser, *, fuzz: bool = False) -> None:
         type=int,
         dest="jobs",
         metavar="N",
-        help="ops validated at once (default: [ci] parallel_jobs, else 1)",
+        help="workers at once: ops side by side, or one op's cases split over them when there are fewer ops "
+        "(default: [ci] parallel_jobs, else 1)",
     )
     p.add_argument("--fail-fast", action="store_true", help="stop an op at its first failing case")
     p.add_argument("--format", choices=FORMATS, default="text")

@@ -162,6 +162,7 @@ class _Acc:
     axis_counts: list[np.ndarray] = field(default_factory=list)
     ratios: list[np.ndarray] = field(default_factory=list)
     mask: np.ndarray | None = None
+    keep_mask: bool = False
 
 
 def iter_blocks(shape: tuple[int, ...], chunk: int) -> Iterator[tuple[slice | int, ...]]:
@@ -244,9 +245,8 @@ def _pass(
 ) -> Comparison:
     shape = tuple(np.shape(ref_out))
     info = dt.FLOAT_INFO.get(out_dtype)
-    acc = _Acc(shape, axis_counts=[np.zeros(n, dtype=np.int64) for n in shape])
-    if keep_mask:
-        acc.mask = np.zeros(shape, dtype=bool)
+    acc = _Acc(shape)
+    acc.keep_mask = keep_mask
     total = int(np.prod(shape, dtype=np.int64)) if shape else 1
     ratio_step = max(1, total // RATIO_SAMPLES)
     screened = sens is None and all(
@@ -255,9 +255,8 @@ def _pass(
     if screened:
         _worst_element_stats(acc, info)
     else:  # some block is off the plain bound: every block through the exact rule, from scratch
-        acc = _Acc(shape, axis_counts=[np.zeros(n, dtype=np.int64) for n in shape])
-        if keep_mask:
-            acc.mask = np.zeros(shape, dtype=bool)
+        acc = _Acc(shape)
+        acc.keep_mask = keep_mask
         for idx in iter_blocks(shape, chunk):
             o = np.asarray(op_out[idx], dtype=np.float64).ravel()
             r = np.asarray(ref_out[idx], dtype=np.float64).ravel()
@@ -290,7 +289,7 @@ def _pass(
             if c.missing_nan and c.missing_nan == c.mismatches
             else "mismatch"
         )
-        c.axis_counts = [a.tolist() for a in acc.axis_counts]
+        c.axis_counts = [a.tolist() for a in acc.axis_counts] or [[0] * n for n in shape]
         if acc.ratios:
             rs = np.concatenate(acc.ratios)
             if rs.size:
@@ -447,7 +446,9 @@ def _block(
                 acc.first = _global_index(acc.shape, idx, origin, int(np.argmax(bad)), block_shape)
             bad_nd = bad.reshape(block_shape)
             _add_axis_counts(acc, idx, bad_nd)
-            if acc.mask is not None:
+            if acc.keep_mask:
+                if acc.mask is None:  # first mismatch: a passing output never pays for the mask
+                    acc.mask = np.zeros(acc.shape, dtype=bool)
                 acc.mask[idx] = bad_nd
         if nb:
             masked = np.where(bad, ratio, -1.0)
@@ -512,6 +513,8 @@ def _global_index(
 
 
 def _add_axis_counts(acc: _Acc, idx: tuple[slice | int, ...], bad_nd: np.ndarray) -> None:
+    if not acc.axis_counts:  # first mismatch: a passing output never pays for these (8 bytes per index)
+        acc.axis_counts = [np.zeros(n, dtype=np.int64) for n in acc.shape]
     sliced_axes = [k for k in range(len(acc.shape)) if not (k < len(idx) and not isinstance(idx[k], slice))]
     for k in range(len(acc.shape)):
         if k < len(idx) and not isinstance(idx[k], slice):

@@ -186,12 +186,36 @@ def _from_user(exc: BaseException, root: Path) -> bool:
     return user_frame(exc.__traceback__, root)[0] is not None
 
 
-class _TextIn(io.StringIO):
-    """A script's sys.stdin: the request as text (no decoding pass), with a ``.buffer`` for scripts that read bytes."""
+class _TextIn(io.TextIOBase):
+    """A script's sys.stdin: the request as text, with a ``.buffer`` for scripts that read bytes.
+
+    Not a StringIO: that copies a megabyte request into its own buffer, and ``read()`` copies it out again;
+    here ``json.load(sys.stdin)`` gets the very string that was encoded.
+    """
 
     def __init__(self, text: str) -> None:
-        super().__init__(text)
+        super().__init__()
+        self._text = text
+        self._pos = 0
         self._bytes: io.BytesIO | None = None
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int | None = -1) -> str:
+        start = self._pos
+        end = len(self._text) if size is None or size < 0 else min(len(self._text), start + size)
+        self._pos = end
+        return self._text if (start, end) == (0, len(self._text)) else self._text[start:end]
+
+    def readline(self, size: int | None = -1) -> str:  # type: ignore[override]
+        start = self._pos
+        nl = self._text.find("\n", start)
+        end = len(self._text) if nl < 0 else nl + 1
+        if size is not None and size >= 0:
+            end = min(end, start + size)
+        self._pos = end
+        return self._text[start:end]
 
     @property
     def buffer(self) -> io.BytesIO:

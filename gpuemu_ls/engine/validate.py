@@ -7,6 +7,7 @@ same sequence. A worker that crashes or hangs costs one case, never the run.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 import threading
@@ -79,11 +80,12 @@ class OpOutcome:
         return [c for c in self.cases if c.status != "passed"]
 
     def stats(self) -> dict[str, Any]:
-        def mx(key: str) -> float | None:
-            vals = [c.stats()[key] for c in self.cases if c.stats()[key] is not None]
-            return max(vals) if vals else None  # type: ignore[type-var]
-
-        return {k: mx(k) for k in ("max_abs", "max_rel", "max_ulp", "max_ratio")}
+        out: dict[str, Any] = dict.fromkeys(("max_abs", "max_rel", "max_ulp", "max_ratio"))
+        for c in self.cases:
+            for key, value in c.stats().items():
+                if key in out and value is not None and (out[key] is None or value > out[key]):
+                    out[key] = value
+        return out
 
 
 @dataclass
@@ -279,6 +281,55 @@ def run_op(
     return outcome
 
 
+def _run_op_sharded(
+    config: Config,
+    op: OpConfig,
+    specs: list[CaseSpec],
+    workers: _Workers,
+    options: RunOptions,
+    snapshots: dict[int, dict[str, np.ndarray]] | None,
+    pool: ThreadPoolExecutor,
+    shards: int,
+) -> OpOutcome:
+    """One op's cases dealt round-robin to ``shards`` workers at once; one outcome, cases in plan order.
+
+    Each case is still decided alone, so the verdicts are those of an unsharded run (a test pins it).
+    """
+    if not op.runnable:
+        return run_op(config, op, specs, workers, options, snapshots)
+    start = time.monotonic()
+    order = {spec.seed: i for i, spec in enumerate(specs)}
+    done = 0
+    lock = threading.Lock()
+
+    def counted(name: str, result: CaseResult, _i: int, _n: int) -> None:
+        nonlocal done
+        with lock:
+            done += 1
+            if options.on_case:
+                options.on_case(name, result, done, len(specs))
+
+    shard_options = dataclasses.replace(options, on_case=counted)
+    parts = list(
+        pool.map(lambda k: run_op(config, op, specs[k::shards], workers, shard_options, snapshots), range(shards))
+    )
+    outcome = OpOutcome(op.name, "not_run", planned=len(specs))
+    outcome.cases = sorted((c for p in parts for c in p.cases), key=lambda c: order.get(c.seed, len(order)))
+    outcome.setup_error = next((p.setup_error for p in parts if p.setup_error), None)
+    outcome.stopped = "; ".join(dict.fromkeys(p.stopped for p in parts if p.stopped)) or None
+    outcome.elapsed = time.monotonic() - start
+    if any(p.status == "cancelled" for p in parts):
+        outcome.status = "cancelled"
+    elif outcome.setup_error is not None:
+        outcome.status = "failed" if any(c.status == "failed" for c in outcome.cases) else "error"
+        outcome.message = next(p.message for p in parts if p.setup_error)
+    else:
+        outcome.status = op_status(outcome.cases)
+    if not outcome.message:
+        outcome.message = _op_message(outcome)
+    return outcome
+
+
 def _lost_case(
     root: Path, op: OpConfig, spec: CaseSpec, snapshot: dict[str, np.ndarray] | None, exc: WorkerLost
 ) -> CaseResult:
@@ -385,11 +436,20 @@ def run_validation(
     workers = _Workers(config, options.cancel)
     store_lock = threading.Lock()
 
+    jobs = max(1, options.jobs)
+    # fewer ops than jobs (one op fuzzed for thousands of cases): split each op's cases over the workers
+    shards = jobs if len(ops) < jobs and not options.fail_fast else 1
+    shard_pool = ThreadPoolExecutor(max_workers=shards, thread_name_prefix="gpuemu-shard") if shards > 1 else None
+
     def one(op: OpConfig) -> OpOutcome:
         specs = plans.get(op.name, [])
         if options.on_op_start:
             options.on_op_start(op.name, len(specs))
-        outcome = run_op(config, op, specs, workers, options, (snapshots or {}).get(op.name))
+        op_snapshots = (snapshots or {}).get(op.name)
+        if shard_pool is not None and len(specs) >= 2 * shards:
+            outcome = _run_op_sharded(config, op, specs, workers, options, op_snapshots, shard_pool, shards)
+        else:
+            outcome = run_op(config, op, specs, workers, options, op_snapshots)
         outcome.diagnosis = diagnose(outcome, op, config.root)
         if store is not None and run_id is not None and outcome.status != "cancelled":
             with store_lock:
@@ -403,13 +463,14 @@ def run_validation(
         return outcome
 
     try:
-        jobs = max(1, min(options.jobs, len(ops) or 1))
-        if jobs == 1:
+        if shards > 1 or jobs == 1 or len(ops) <= 1:
             outcomes = [one(op) for op in ops]
         else:
-            with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="gpuemu-op") as pool:
+            with ThreadPoolExecutor(max_workers=min(jobs, len(ops)), thread_name_prefix="gpuemu-op") as pool:
                 outcomes = list(pool.map(one, ops))
     finally:
+        if shard_pool is not None:
+            shard_pool.shutdown(wait=True)
         workers.close()
     result = RunResult(
         run_id,

@@ -124,7 +124,11 @@ class WorkspaceSession:
 
     # --- store ---------------------------------------------------------------------------
     def store(self) -> Store | None:
+        """The store, for reading; None until a run created it (reading a workspace never creates files,
+        so opening an untrusted folder leaves it as it was)."""
         if self._store is None:
+            if not self._store_path.exists():
+                return None
             try:
                 self._store = Store(self._store_path)
                 self.store_error = None

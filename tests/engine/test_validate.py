@@ -352,6 +352,26 @@ def test_two_jobs_give_the_same_verdicts_as_one(cfg: Config) -> None:
     assert worker_children() == []
 
 
+@pytest.mark.parametrize("name", ["segv", "bad", "good", "client"])
+def test_one_op_split_over_three_workers_gives_the_verdicts_of_one(cfg: Config, name: str) -> None:
+    """Fewer ops than jobs: an op's cases are dealt to several workers; crashes, hangs and failures land on the
+    same cases, in plan order, with progress counted over the whole op."""
+    seen: list[tuple[int, int]] = []
+
+    def run(jobs: int) -> tuple[str, list[tuple[int, str, str | None]], str]:
+        (o,) = validate(cfg, name, jobs=jobs, on_case=lambda _op, _r, i, n: seen.append((i, n))).outcomes
+        return o.status, [(c.seed, c.status, c.kind) for c in o.cases], o.diagnosis
+
+    one = run(1)
+    seen.clear()
+    three = run(3)
+    assert one == three
+    if name != "client":
+        assert sorted(i for i, _ in seen) == list(range(1, len(one[1]) + 1))
+        assert {n for _, n in seen} == {len(one[1])}
+    assert worker_children() == []
+
+
 def test_cancel_stops_a_long_run_quickly(cfg: Config) -> None:
     cancel = threading.Event()
     timer = threading.Timer(0.7, cancel.set)

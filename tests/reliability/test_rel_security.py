@@ -128,6 +128,7 @@ async def test_untrusted_workspace_runs_no_code_in_the_server(tmp_path: Path) ->
         await __import__("asyncio").sleep(1.5)  # a watcher or poller that would start a run has had its chance
         assert marks(root) == [], "workspace code ran in an untrusted workspace"
         assert relkit.worker_pids(client.server_pid) == [] and relkit.zygote_pids(client.server_pid) == []
+        assert not relkit.db_path(root).exists(), "an untrusted workspace got a store written into it"
         # now trusted: the same request runs the code (so the marker works) ...
         client.workspace_did_change_configuration(lsp.DidChangeConfigurationParams({"gpuemu": {"trusted": True}}))
         got = await relkit.request(client, "gpuemu/runOps", {"ids": ["op:scripted"]})
