@@ -235,6 +235,8 @@ class GpuemuServer(LanguageServer):
             self.tokens.pop(job.id, None)
             self.token_jobs.pop(token, None)
         if job.kind in ("validate", "lint"):
+            if kind in ("finished", "cancelled", "failed"):
+                job.session.stale = True  # a discoverOps answered before the refresh below rereads first
             self._op_state(job, kind, event)
         if kind == "failed":
             self.message(f"gpuemu: {job.kind} {job.name} failed: {event.get('error')}", lsp.MessageType.Error)
@@ -536,7 +538,10 @@ def create_server() -> GpuemuServer:
             job.cancel.set()
 
     @server.feature(DISCOVER_OPS)
-    def discover_ops(ls: GpuemuServer, params: Any) -> dict[str, Any]:
+    async def discover_ops(ls: GpuemuServer, params: Any) -> dict[str, Any]:
+        # the statuses agree with every opState already sent: views are made current off the event loop
+        for s in list(ls.sessions.values()):
+            await asyncio.to_thread(s.fresh)
         return {"workspaces": [_discover(ls, s) for s in ls.sessions.values()]}
 
     @server.feature(RUN_OPS)
@@ -989,6 +994,9 @@ def serve_main(argv: Sequence[str]) -> int:
         logging.basicConfig(filename=args.log_file, level=level)
     else:
         logging.basicConfig(stream=sys.stderr, level=logging.WARNING if not args.verbose else level)
+    import faulthandler
+
+    faulthandler.enable()  # a crash of the server itself leaves its Python stacks in the editor's log
     server = create_server()
     if args.tcp:
         host, _, port = args.tcp.rpartition(":")

@@ -13,6 +13,7 @@ import threading
 import traceback
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as futures_wait
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -177,6 +178,12 @@ class JobRunner:
         for j in jobs:
             j.cancel.set()
 
-    def shutdown(self) -> None:
+    def shutdown(self, wait: float = 10.0) -> None:
+        """Cancel every job and give the running ones ``wait`` seconds to stop (their workers are killed at
+        the next poll), so none is still writing when the sessions close."""
+        with self.lock:
+            running = [j.future for j in self.live.values() if j.future is not None]
         self.cancel_all()
         self.pool.shutdown(wait=False, cancel_futures=True)
+        if running:
+            futures_wait(running, timeout=wait)

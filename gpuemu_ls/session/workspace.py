@@ -62,6 +62,8 @@ class WorkspaceSession:
         self.saved_config: Config | None = None  # as last read from disk: what a save is compared against
         self.loader: Any = None  # the server's one-thread executor for config reloads
         self.loaded_text: str | None = None  # the text the current problems/config came from
+        self.closed = False  # the server shut down: the store is not reopened
+        self.stale = False  # a run finished and its verdicts are not in ``views`` yet
 
     # --- config --------------------------------------------------------------------------
     def load(self, text: str | None = None, *, saved: bool | None = None) -> bool:
@@ -127,7 +129,7 @@ class WorkspaceSession:
         """The store, for reading; None until a run created it (reading a workspace never creates files,
         so opening an untrusted folder leaves it as it was)."""
         if self._store is None:
-            if not self._store_path.exists():
+            if self.closed or not self._store_path.exists():
                 return None
             try:
                 self._store = Store(self._store_path)
@@ -157,9 +159,18 @@ class WorkspaceSession:
             self._data_version = version
             return changed
 
+    def fresh(self) -> None:
+        """Make ``views`` current before answering from them: waits for a refresh in progress (the lock) and
+        rereads if one of the server's runs finished since. Writes by other processes are left to the watcher,
+        which publishes them (a reread here would hide the change from it)."""
+        with self.lock:
+            if self.stale:
+                self.refresh()
+
     def refresh(self) -> None:
         """Reread the latest verdicts of every op and kernel from the store."""
         with self.lock:
+            self.stale = False
             store = self.store()
             cfg = self.config
             if store is None:
@@ -220,12 +231,16 @@ class WorkspaceSession:
         return self.views.get((kind, name))
 
     def close(self) -> None:
-        if self._store is not None:
-            try:
-                self._store.close()
-            except Exception:
-                pass
-            self._store = None
+        """Close the store connection for good: under the lock, so no refresh is reading it (closing a
+        SQLite connection another thread is using crashes the process)."""
+        with self.lock:
+            self.closed = True
+            if self._store is not None:
+                try:
+                    self._store.close()
+                except Exception:
+                    pass
+                self._store = None
 
 
 def _read(path: Path) -> str:

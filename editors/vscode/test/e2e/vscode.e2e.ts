@@ -129,14 +129,28 @@ async function command(page: Page, title: string): Promise<void> {
   await page.keyboard.press("Enter");
 }
 
+/** Go to LINE:COLUMN in the active editor. The Go to Line box can close under us when focus moves
+ * (a notification, a panel finishing its layout): then it is opened again, up to three times. */
 async function gotoLine(page: Page, line: number, column = 1): Promise<void> {
-  await page.keyboard.press("Control+G");
   const input = page.locator(".quick-input-widget input");
-  await input.waitFor({ state: "visible", timeout: 10_000 });
-  await input.fill(`:${line}:${column}`);
-  await page.waitForTimeout(200);
-  await page.keyboard.press("Enter");
-  await page.waitForTimeout(300);
+  let last: unknown;
+  for (let attempt = 0; attempt < 3; attempt++) {
+    try {
+      await page.locator(".editor-group-container.active .monaco-editor .view-lines").first().click();
+      await page.keyboard.press("Control+G");
+      await input.waitFor({ state: "visible", timeout: 10_000 });
+      await input.fill(`:${line}:${column}`, { timeout: 5_000 });
+      await page.waitForTimeout(200);
+      await page.keyboard.press("Enter");
+      await page.waitForTimeout(300);
+      return;
+    } catch (err) {
+      last = err;
+      await page.keyboard.press("Escape");
+      await page.waitForTimeout(500);
+    }
+  }
+  throw new Error(`could not go to line ${line}:${column}: ${String(last)}`);
 }
 
 /** Results of OP stored by runs the server started on a save (runs.command = "gpuemu-ls (save)"). */
