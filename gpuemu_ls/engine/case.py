@@ -122,6 +122,12 @@ def sensitivity_eps(spec: CaseSpec) -> float:
     return dt.accumulation_info(spec.dtype).unit_roundoff * math.sqrt(max(n, 1))
 
 
+def reduction_terms(spec: CaseSpec) -> float:
+    """``sqrt(3 n)`` for the largest dim n: from the measured root-sum-square of a reduction's terms to a
+    bound on the sum of their magnitudes (see compare's module docstring)."""
+    return math.sqrt(3 * max(max(spec.dims.values(), default=1), 1))
+
+
 def _memory(view: np.ndarray, layout: str) -> np.ndarray:
     """The memory an input view lives in: itself when contiguous, else its buffer (gaps included)."""
     return view if layout == "contiguous" or not isinstance(view.base, np.ndarray) else view.base
@@ -246,6 +252,7 @@ def run_case(
                 check_inf=ctx.validation.check_inf,
                 sensitivity=lambda n=name: sensitivity(n),
                 eps=eps,
+                terms=reduction_terms(spec),
                 keep_mask=True,
                 calibration=ctx.calibration,
             )

@@ -15,10 +15,13 @@ the reference is re-run on inputs perturbed by relative amounts of ``eps`` (the 
 precision's unit roundoff times sqrt of the largest dim, the typical backward error of a reduction
 of that length) and ``sens`` is the largest change seen. Well-conditioned elements barely move and
 keep the plain bound; elements whose reference swings under rounding-sized perturbations get that
-much slack. Where ``sens / eps`` (the size of the terms being combined) exceeds the output range,
-intermediate overflow is inherent and a non-finite op value is counted as inconclusive, not passed
-silently and not failed. The perturbed runs happen only when the plain bound already failed, so a
-passing case costs one reference call.
+much slack. ``sens / eps`` measures the terms being combined (their root-sum-square, times about
+``1/sqrt(3)``, the RMS of the uniform perturbation); ``terms`` (``sqrt(3 n)`` for a reduction of
+length ``n``) turns it into a bound on the sum of their magnitudes. Where that bound exceeds the
+output range, some summation order of a correct kernel overflows, the intermediate overflow is
+inherent and a non-finite op value is counted as inconclusive (reported with the case), not
+failed. The perturbed runs happen only when the plain bound already failed, so a passing case costs
+one reference call.
 
 Comparison runs over blocks of at most ``chunk`` elements, so memory stays bounded for huge outputs.
 """
@@ -197,6 +200,7 @@ def compare_output(
     check_inf: bool = True,
     sensitivity: Callable[[], np.ndarray | None] | None = None,
     eps: float = 0.0,
+    terms: float = 1.0,
     chunk: int = CHUNK,
     keep_mask: bool = False,
     calibration: bool = False,
@@ -220,7 +224,19 @@ def compare_output(
         sens = sensitivity()
         if sens is not None and np.shape(sens) == shape:
             widened = _pass(
-                name, op_out, ref_out, out_dtype, atol, rtol, check_nan, check_inf, sens, eps, chunk, keep, calibration
+                name,
+                op_out,
+                ref_out,
+                out_dtype,
+                atol,
+                rtol,
+                check_nan,
+                check_inf,
+                sens,
+                eps / terms,  # _block compares sens / eps with the range: the magnitude bound
+                chunk,
+                keep,
+                calibration,
             )
             widened.used_sensitivity = True
             widened.widened = cmp.mismatches - widened.mismatches - widened.inconclusive

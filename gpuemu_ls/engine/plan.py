@@ -11,11 +11,16 @@ then follow the case's shape strategy:
 * ``default``: every dim at its default;
 * ``regular``: powers of two in range (any candidate for candidate lists);
 * ``boundary``: 1, 2, small primes and 2**k-1, 2**k, 2**k+1 across the range, plus min and max,
-  where tiled kernels break (a quarter of the dims keep their default so the effect of one dim shows);
+  where tiled kernels break (a quarter of the dims keep their default so the effect of one dim shows;
+  two fifths of the others sit at their minimum or maximum, half each: the size-1 dim that empty-split
+  and single-element bugs need and the largest size where accumulation error peaks, which a uniform
+  pick among ~40 sizes would each reach in 2% of cases);
 * ``random``: uniform or log-uniform (half each) in [min, max].
 
 Modes pick seeds, not cases: a quick run keeps the seeds whose derived case is float32 (or the op's
 first dtype) with a default or boundary shape, so a quick failure still replays from (op, seed).
+A run of at least ``COVER_FROM`` cases takes every dim to its minimum at least once: where none of
+its cases does, the next accepted seed that does replaces its last case (``cover_minimums``).
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ from .rng import Stream
 STRATEGY_WINDOW = ("default", "boundary", "regular", "boundary", "random", "boundary", "regular", "random")
 QUICK_STRATEGIES = ("default", "boundary")
 SMALL_PRIMES = (3, 5, 7, 11, 13, 17, 31, 61, 127)
+#: Runs of at least this many cases cover every dim's minimum (shorter ones are asked for exactly).
+COVER_FROM = 8
 #: Cap on the elements of any one input; larger draws halve their largest dims (deterministically).
 DEFAULT_MAX_ELEMENTS = 1 << 22
 
@@ -134,9 +141,9 @@ def derive_dims(op: OpConfig, seed: int, strategy: str, max_elements: int = DEFA
         elif strategy == "regular":
             out[name] = s.choice(regular_values(dim))
         elif strategy == "boundary":
-            keep = s.chance(0.25)
+            keep, edge, low = s.chance(0.25), s.chance(0.4), s.chance(0.5)  # fixed draws: dims independent
             value = s.choice(boundary_values(dim))
-            out[name] = dim.default if keep else value
+            out[name] = dim.default if keep else (dim.min if low else dim.max) if edge else value
         else:
             out[name] = _random_value(dim, s)
     return _fit_budget(op, out, max_elements)
@@ -211,6 +218,45 @@ def iter_seeds(
             seen += 1
             yield spec
         seed += 1
+
+
+def cover_minimums(
+    op: OpConfig,
+    specs: list[CaseSpec],
+    *,
+    accept: Callable[[CaseSpec], bool] | None = None,
+    max_elements: int = DEFAULT_MAX_ELEMENTS,
+) -> list[CaseSpec]:
+    """``specs`` with every (non-candidate) dim at its minimum in at least one case.
+
+    For each dim no case takes to its minimum, the first seed after the run's last one that ``accept``
+    keeps and that does replaces the last case not pinned and not itself a replacement, so the count
+    stays what was asked and every case still replays from (op, seed); the unpinned cases stay in seed
+    order. Runs shorter than ``COVER_FROM`` are left as asked.
+    """
+    pinned = set(op.seeds)
+    free = [i for i, sp in enumerate(specs) if sp.seed not in pinned]
+    if len(free) < COVER_FROM:
+        return specs
+    out = list(specs)
+    start = max(sp.seed for sp in specs) + 1
+    for name in sorted(op.dims):
+        dim = op.dims[name]
+        if dim.candidates is not None or any(sp.dims.get(name) == dim.min for sp in out):
+            continue
+        for seed in range(start, start + 64 * COVER_FROM * max(len(op.dtypes), 1)):
+            spec = derive_case(op, seed, max_elements)
+            if spec.dims.get(name) == dim.min and seed not in pinned and (accept is None or accept(spec)):
+                out[free.pop()] = spec
+                start = seed + 1
+                break
+        if not free:
+            break
+    return [sp for sp in out if sp.seed in pinned] + sorted((sp for sp in out if sp.seed not in pinned), key=_seed)
+
+
+def _seed(spec: CaseSpec) -> int:
+    return spec.seed
 
 
 def mode_filter(

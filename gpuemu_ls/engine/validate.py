@@ -24,7 +24,7 @@ import numpy as np
 from .case import CaseResult
 from .config import Config, OpConfig
 from .generate import generate_inputs
-from .plan import QUICK_STRATEGIES, CaseSpec, derive_case, iter_seeds, mode_filter
+from .plan import QUICK_STRATEGIES, CaseSpec, cover_minimums, derive_case, iter_seeds, mode_filter
 from .runners import is_library
 from .store import Store
 from .supervisor import Cancelled, SetupFailed, Worker, WorkerLost
@@ -129,11 +129,10 @@ def plan_op(
     base = config.validation.seed if seed is None else seed
     if mode == "quick":
         n = iterations or config.ci.quick_iterations
-        return list(
-            iter_seeds(op, base, n, accept=mode_filter(op, dtypes=config.ci.quick_dtypes, strategies=QUICK_STRATEGIES))
-        )
-    n = iterations or op.iterations or config.validation.iterations
-    return list(iter_seeds(op, base, n, accept=accept))
+        accept = mode_filter(op, dtypes=config.ci.quick_dtypes, strategies=QUICK_STRATEGIES)
+    else:
+        n = iterations or op.iterations or config.validation.iterations
+    return cover_minimums(op, list(iter_seeds(op, base, n, accept=accept)), accept=accept)
 
 
 def case_timeout(config: Config, op: OpConfig) -> float:

@@ -62,7 +62,8 @@ def test_fuzz_correct_op_passes_and_records_a_fuzz_run(client_ws: Path) -> None:
     assert (verdict["op"], verdict["status"], verdict["cases"], verdict["passed"]) == ("softmax", "passed", 12, 12)
     assert detail(verdict)["mode"] == "fuzz" and detail(verdict)["client_side"] is True
     cases = rows(db(client_ws), "SELECT seed FROM cases WHERE run_id = ? ORDER BY seed", (run["id"],))
-    assert [r["seed"] for r in cases] == list(range(12))
+    seeds = [r["seed"] for r in cases]  # from the seed upward; a later seed or two may stand in for the last
+    assert len(seeds) == 12 and seeds == sorted(set(seeds)) and seeds[:8] == list(range(8))  # (every dim's minimum)
 
 
 def test_fuzz_buggy_op_fails_with_seed_dtype_shape_and_replay(client_ws: Path) -> None:

@@ -59,6 +59,19 @@ def test_bug_is_caught_and_twin_passes(buggy: dict, op: str) -> None:
     assert twin["cases"] == bad["cases"] > 0
 
 
+@pytest.mark.parametrize("seed", [1000, 5000, 9000])
+def test_quick_mode_catches_every_bug_too(tmp_path: Path, seed: int) -> None:
+    """What the editor runs on save and a pull request's gate: 16 float32 cases of default and boundary
+    shapes still catch every bug (size-1 and largest dims included) and pass every twin, whatever the seed."""
+    ws = tmp_path / "buggy"
+    shutil.copytree(EXAMPLES / "buggy", ws, ignore=shutil.ignore_patterns(".gpuemu"))
+    proc = gpuemu("test", "--quick", "--seed", str(seed), "--format", "json", cwd=ws)
+    assert proc.returncode == 1, proc.stderr
+    status = {e["name"]: e["status"] for e in json.loads(proc.stdout)["ops"]}
+    assert {op: status[op] for op in BUGGY} == dict.fromkeys(BUGGY, "failed")
+    assert {f"{op}_ok": status[f"{op}_ok"] for op in BUGGY} == {f"{op}_ok": "passed" for op in BUGGY}
+
+
 @pytest.mark.parametrize("op", sorted(BUGGY))
 def test_diagnosis_names_the_bug_class(buggy: dict, op: str) -> None:
     diagnosis = buggy["ops"][op]["diagnosis"]

@@ -200,6 +200,30 @@ def test_unstable_reference_is_inconclusive_not_failed() -> None:
     assert "inconclusive" in c.report()
 
 
+def test_inherent_intermediate_overflow_of_a_dot_product_is_inconclusive_a_small_one_is_not() -> None:
+    # row 0: one float32 product is 3.5e38, past float32's range, so every float32 kernel overflows
+    # although the sum (5e37) fits; row 1: small terms, an inf there is a bug
+    a = np.array([[2.0e19, 1.0, -1.5e19, 0.5], [1.0, 2.0, 3.0, 4.0]])
+    b = np.array([1.75e19, 0.25, 2.0e19, 2.0])
+    ref = a @ b
+    assert np.isfinite(ref).all() and abs(ref[0]) < 3.4e38 < 2.0e19 * 1.75e19
+    op = np.array([np.inf, np.inf], dtype=np.float32)
+    n, eps = 4, 2.0**-24 * 2.0  # u(float32) * sqrt(n), as the engine perturbs
+
+    def sensitivity() -> np.ndarray:
+        # what the engine's measurement gives on average: uniform relative perturbations of size eps move
+        # a sum by eps times its terms' root-sum-square over sqrt(3) (2.7e38 here, inside the range)
+        return eps * np.sqrt(((a * b) ** 2).sum(axis=1)) / np.sqrt(3)
+
+    c = compare_output("r", op, ref, "float32", 1e-5, 1e-5, sensitivity=sensitivity, eps=eps, terms=np.sqrt(3 * n))
+    assert not c.passed and c.kind == "unexpected_inf" and c.mismatches == 1 and c.first_index == (1,)
+    assert c.inconclusive == 1  # row 0
+    only_row0 = compare_output(
+        "r", op[:1], ref[:1], "float32", 1e-5, 1e-5, sensitivity=lambda: sensitivity()[:1], eps=eps, terms=np.sqrt(12)
+    )
+    assert only_row0.passed and only_row0.inconclusive == 1 and "inconclusive" in only_row0.report()
+
+
 def test_axis_counts_and_ratio_for_a_constant_factor() -> None:
     rng = np.random.default_rng(1)
     ref = rng.standard_normal((6, 40)) + 3.0

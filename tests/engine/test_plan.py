@@ -10,6 +10,7 @@ from gpuemu_ls.engine.plan import (
     STRATEGY_WINDOW,
     CaseSpec,
     boundary_values,
+    cover_minimums,
     derive_case,
     derive_dims,
     iter_seeds,
@@ -44,16 +45,16 @@ GOLDEN = [
     (0, "regular", "bfloat16", "contiguous", "partial_inf", {"B": 4, "D": 16, "N": 128}),
     (1, "default", "float32", "transposed", "masked_rows", {"B": 8, "D": 16, "N": 1024}),
     (2, "random", "float16", "strided", "uniform", {"B": 2, "D": 32, "N": 201}),
-    (3, "boundary", "float16", "strided", "large", {"B": 32, "D": 16, "N": 31}),
+    (3, "boundary", "float16", "strided", "large", {"B": 1, "D": 16, "N": 4096}),
     (4, "regular", "float32", "contiguous", "constant_rows", {"B": 16, "D": 64, "N": 4096}),
-    (5, "boundary", "bfloat16", "transposed", "normal", {"B": 8, "D": 16, "N": 1024}),
-    (6, "boundary", "float16", "transposed", "boundary", {"B": 8, "D": 64, "N": 128}),
+    (5, "boundary", "bfloat16", "transposed", "normal", {"B": 8, "D": 16, "N": 1}),
+    (6, "boundary", "float16", "transposed", "boundary", {"B": 64, "D": 16, "N": 129}),
     (7, "random", "bfloat16", "contiguous", "special", {"B": 62, "D": 64, "N": 4096}),
     (8, "random", "float32", "strided", "normal", {"B": 35, "D": 32, "N": 1617}),
     (9, "default", "bfloat16", "contiguous", "uniform", {"B": 8, "D": 16, "N": 1024}),
-    (10, "boundary", "float32", "transposed", "large", {"B": 5, "D": 64, "N": 65}),
-    (11, "boundary", "float16", "strided", "constant_rows", {"B": 64, "D": 16, "N": 2}),
-    (12, "boundary", "float32", "strided", "boundary", {"B": 32, "D": 64, "N": 1023}),
+    (10, "boundary", "float32", "transposed", "large", {"B": 1, "D": 16, "N": 1}),
+    (11, "boundary", "float16", "strided", "constant_rows", {"B": 11, "D": 16, "N": 4096}),
+    (12, "boundary", "float32", "strided", "boundary", {"B": 32, "D": 16, "N": 1024}),
     (13, "random", "bfloat16", "transposed", "special", {"B": 22, "D": 32, "N": 4071}),
     (14, "regular", "float16", "contiguous", "partial_inf", {"B": 1, "D": 64, "N": 64}),
     (15, "regular", "float16", "strided", "masked_rows", {"B": 32, "D": 16, "N": 1}),
@@ -159,6 +160,34 @@ def test_range_dims_stay_in_range_and_strategies_differ(golden_op: OpConfig) -> 
     assert all(v & (v - 1) == 0 for v in by_strategy["regular"])  # powers of two
     assert by_strategy["boundary"] <= set(boundary_values(golden_op.dims["N"])) | {1024}
     assert len(by_strategy["random"]) > 10
+
+
+def test_boundary_cases_often_take_a_dims_minimum_and_maximum(golden_op: OpConfig) -> None:
+    # size 1 (empty splits) and the largest size (accumulation error) are each ~15% of boundary dims,
+    # not the 1-in-40 a uniform pick among the boundary sizes would give
+    ns = [s.dims["N"] for s in map(lambda i: derive_case(golden_op, i), range(800)) if s.strategy == "boundary"]
+    assert len(ns) == 300
+    assert 0.10 < ns.count(1) / len(ns) < 0.22 and 0.10 < ns.count(4096) / len(ns) < 0.22
+    others = {n for n in ns if n not in (1, 4096, 1024)}
+    assert len(others) > 20  # the other boundary sizes are still drawn
+
+
+def test_cover_minimums_takes_every_dim_to_its_minimum_keeping_the_count(golden_op: OpConfig) -> None:
+    defaults = list(iter_seeds(golden_op, 100, 10, accept=mode_filter(golden_op, strategies=("default",))))
+    assert all(s.dims["N"] == 1024 and s.dims["B"] == 8 for s in defaults)
+    covered = cover_minimums(golden_op, defaults)
+    assert len(covered) == 10 and covered[:8] == defaults[:8]  # the last cases are replaced, one per dim
+    by_dim = {d: [s for s in covered if s.dims[d] == golden_op.dims[d].min] for d in ("B", "N")}
+    assert by_dim["B"] and by_dim["N"]
+    for s in covered[8:]:
+        assert s.seed > defaults[-1].seed and s == derive_case(golden_op, s.seed)  # replays from (op, seed)
+    # a filter is kept (float32 only), and a run shorter than COVER_FROM is left as asked
+    f32 = mode_filter(golden_op, dtypes=("float32",), strategies=("default",))
+    kept = cover_minimums(golden_op, list(iter_seeds(golden_op, 100, 10, accept=f32)), accept=f32)
+    assert all(s.dtype == "float32" and s.strategy == "default" for s in kept)  # only what the filter keeps
+    short = defaults[:5]
+    assert cover_minimums(golden_op, short) == short
+    assert cover_minimums(golden_op, covered) == covered  # already covered: unchanged
 
 
 def _budget_op(tmp_path) -> OpConfig:

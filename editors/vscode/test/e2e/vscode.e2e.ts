@@ -129,6 +129,28 @@ async function command(page: Page, title: string): Promise<void> {
   await page.keyboard.press("Enter");
 }
 
+/** Open NAME through Quick Open (Ctrl+P) and wait for its tab; retried like gotoLine when the box closes. */
+async function quickOpen(page: Page, name: string): Promise<void> {
+  const input = page.locator(".quick-input-widget input");
+  let last: unknown;
+  for (let attempt = 0; attempt < 3; attempt++) {
+    try {
+      await page.keyboard.press("Control+P");
+      await input.waitFor({ state: "visible", timeout: 10_000 });
+      await input.fill(name, { timeout: 5_000 });
+      await page.locator(".quick-input-widget .monaco-list-row", { hasText: name }).first().waitFor({ timeout: 10_000 });
+      await page.keyboard.press("Enter");
+      await page.locator(".tab.active", { hasText: name }).waitFor({ timeout: 20_000 });
+      return;
+    } catch (err) {
+      last = err;
+      await page.keyboard.press("Escape");
+      await page.waitForTimeout(500);
+    }
+  }
+  throw new Error(`could not open ${name}: ${String(last)}`);
+}
+
 /** Go to LINE:COLUMN in the active editor. The Go to Line box can close under us when focus moves
  * (a notification, a panel finishing its layout): then it is opened again, up to three times. */
 async function gotoLine(page: Page, line: number, column = 1): Promise<void> {
@@ -283,15 +305,9 @@ async function main(): Promise<number> {
     });
 
     const squiggle = await step(`open and save ${FILE}: an error squiggle on def ${OP}`, async () => {
-      await page.keyboard.press("Control+P");
-      const input = page.locator(".quick-input-widget input");
-      await input.waitFor({ state: "visible", timeout: 10_000 });
-      await input.fill(FILE);
-      await page.locator(".quick-input-widget .monaco-list-row", { hasText: FILE }).first().waitFor({ timeout: 10_000 });
-      await page.keyboard.press("Enter");
+      await quickOpen(page, FILE);
       const editor = page.locator(".editor-instance .monaco-editor").first();
       await editor.waitFor({ state: "visible", timeout: 20_000 });
-      await page.locator(".tab.active", { hasText: FILE }).waitFor({ timeout: 20_000 });
       const defLine = fs.readFileSync(path.join(ws, FILE), "utf8").split("\n").findIndex((l) => l.startsWith(`def ${OP}(`)) + 1;
       if (defLine <= 0) throw new Error(`no def ${OP} in ${FILE}`);
       const line = editor.locator(".view-line", { hasText: `def ${OP}(` }).first();
@@ -479,20 +495,12 @@ async function main(): Promise<number> {
       };
       await waitFor("the server log saying the workspace is not trusted", async () => /NOT trusted/.test(logOf()), 30_000, 500);
       // open the buggy op: nothing runs, so no failure appears
-      await page2.keyboard.press("Control+P");
-      await page2.locator(".quick-input-widget input").fill(FILE);
-      await page2.locator(".quick-input-widget .monaco-list-row", { hasText: FILE }).first().waitFor({ timeout: 10_000 });
-      await page2.keyboard.press("Enter");
-      await page2.locator(".tab.active", { hasText: FILE }).waitFor({ timeout: 20_000 });
+      await quickOpen(page2, FILE);
       await page2.keyboard.press("Control+Shift+M");
       const panel = page2.locator(".markers-panel");
       await panel.waitFor({ state: "visible", timeout: 20_000 });
       // configuration diagnostics still work: an unknown key typed into gpuemu.toml is reported
-      await page2.keyboard.press("Control+P");
-      await page2.locator(".quick-input-widget input").fill("gpuemu.toml");
-      await page2.locator(".quick-input-widget .monaco-list-row", { hasText: "gpuemu.toml" }).first().waitFor({ timeout: 10_000 });
-      await page2.keyboard.press("Enter");
-      await page2.locator(".tab.active", { hasText: "gpuemu.toml" }).waitFor({ timeout: 20_000 });
+      await quickOpen(page2, "gpuemu.toml");
       const nameLine = fs.readFileSync(path.join(ws2, "gpuemu.toml"), "utf8").split("\n").indexOf(`name = "${OP}"`) + 1;
       await gotoLine(page2, nameLine, 1);
       await page2.keyboard.press("End");
