@@ -220,6 +220,15 @@ def run_case(
             sens_cache = _sensitivity(ctx, spec, ref_inputs, ref_out, eps)
         return sens_cache.get(name)
 
+    mag_cache: dict[str, np.ndarray] | None = None
+
+    def magnitude(name: str) -> np.ndarray | None:
+        nonlocal mag_cache
+        if mag_cache is None:
+            mag_cache = _magnitude(ctx, ref_inputs)
+        got = mag_cache.get(name)
+        return None if got is None else np.asarray(got, dtype=np.float64)
+
     for name in sorted(ref_out):
         ref = ref_out[name]
         out = op_out[name]
@@ -253,6 +262,7 @@ def run_case(
                 sensitivity=lambda n=name: sensitivity(n),
                 eps=eps,
                 terms=reduction_terms(spec),
+                magnitude=lambda n=name: magnitude(n),
                 keep_mask=True,
                 calibration=ctx.calibration,
             )
@@ -297,17 +307,15 @@ def _dtype_name(dtype: np.dtype) -> str:
 def _sensitivity(
     ctx: CaseContext, spec: CaseSpec, ref_inputs: dict[str, np.ndarray], ref_out: dict[str, np.ndarray], eps: float
 ) -> dict[str, np.ndarray | None]:
-    """Largest change of each reference output when float inputs move by relative amounts up to eps."""
+    """Largest change of each reference output when float inputs move by relative amounts up to eps,
+    or when their subnormal values are flushed to zero (FTZ/DAZ, which GPU fast paths and tensor cores
+    may do: a correct kernel can differ that much where a subnormal meets a huge factor)."""
     worst: dict[str, np.ndarray | None] = {}
-    for j in range(SENSITIVITY_RUNS):
-        perturbed = {}
-        for name, arr in ref_inputs.items():
-            if arr.dtype == np.float64 and arr.size:
-                u = 2.0 * Stream("sensitivity", spec.op, spec.seed, name, j).uniform(arr.size) - 1.0
-                with np.errstate(invalid="ignore", over="ignore"):
-                    perturbed[name] = arr * (1.0 + eps * u.reshape(arr.shape))
-            else:
-                perturbed[name] = arr
+    variants = [_perturbed(spec, ref_inputs, eps, j) for j in range(SENSITIVITY_RUNS)]
+    flushed = _flushed(ctx.op, spec, ref_inputs)
+    if flushed is not None:
+        variants.append(flushed)
+    for perturbed in variants:
         try:
             out = ctx.ref_runner.call(perturbed, dict(ctx.op.kwargs))
         except CallError:
@@ -323,6 +331,45 @@ def _sensitivity(
             prev = worst.get(name)
             worst[name] = delta if prev is None else np.maximum(prev, delta)
     return {name: _row_floor(v) if v is not None else None for name, v in worst.items()}
+
+
+def _magnitude(ctx: CaseContext, ref_inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The reference on the float inputs' absolute values: for a sum of products, the sum of the terms'
+    magnitudes, which bounds every partial sum a correct kernel can form in any order."""
+    absolute = {k: np.abs(v) if v.dtype == np.float64 else v for k, v in ref_inputs.items()}
+    try:
+        with np.errstate(all="ignore"):
+            return ctx.ref_runner.call(absolute, dict(ctx.op.kwargs))
+    except CallError:
+        return {}
+
+
+def _perturbed(spec: CaseSpec, ref_inputs: dict[str, np.ndarray], eps: float, run: int) -> dict[str, np.ndarray]:
+    out = {}
+    for name, arr in ref_inputs.items():
+        if arr.dtype == np.float64 and arr.size:
+            u = 2.0 * Stream("sensitivity", spec.op, spec.seed, name, run).uniform(arr.size) - 1.0
+            with np.errstate(invalid="ignore", over="ignore"):
+                out[name] = arr * (1.0 + eps * u.reshape(arr.shape))
+        else:
+            out[name] = arr
+    return out
+
+
+def _flushed(op: OpConfig, spec: CaseSpec, ref_inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray] | None:
+    """The reference inputs with values subnormal in their own dtype set to zero; None if there are none."""
+    dtypes = {i.name: i.dtype or spec.dtype for i in op.inputs}
+    out, any_flushed = {}, False
+    for name, arr in ref_inputs.items():
+        info = dt.FLOAT_INFO.get(dtypes.get(name, spec.dtype))
+        if arr.dtype == np.float64 and arr.size and info is not None:
+            sub = (arr != 0) & (np.abs(arr) < info.tiny)
+            if sub.any():
+                any_flushed = True
+                out[name] = np.where(sub, 0.0, arr)
+                continue
+        out[name] = arr
+    return out if any_flushed else None
 
 
 def _row_floor(sens: np.ndarray) -> np.ndarray:

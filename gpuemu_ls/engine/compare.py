@@ -20,8 +20,11 @@ much slack. ``sens / eps`` measures the terms being combined (their root-sum-squ
 length ``n``) turns it into a bound on the sum of their magnitudes. Where that bound exceeds the
 output range, some summation order of a correct kernel overflows, the intermediate overflow is
 inherent and a non-finite op value is counted as inconclusive (reported with the case), not
-failed. The perturbed runs happen only when the plain bound already failed, so a passing case costs
-one reference call.
+failed. That estimate is noisy for short reductions (two random perturbations can nearly cancel), so
+where an inf or NaN still stands, the reference is also run on the inputs' absolute values
+(``magnitude``): for sums of products that is exactly the sum of the terms' magnitudes, and an
+element whose sum reaches the output range is inconclusive too. The perturbed runs happen only when
+the plain bound already failed, so a passing case costs one reference call.
 
 Comparison runs over blocks of at most ``chunk`` elements, so memory stays bounded for huge outputs.
 """
@@ -201,6 +204,7 @@ def compare_output(
     sensitivity: Callable[[], np.ndarray | None] | None = None,
     eps: float = 0.0,
     terms: float = 1.0,
+    magnitude: Callable[[], np.ndarray | None] | None = None,
     chunk: int = CHUNK,
     keep_mask: bool = False,
     calibration: bool = False,
@@ -223,21 +227,12 @@ def compare_output(
     if not cmp.passed and sensitivity is not None and cmp.kind not in ("missing_nan",):
         sens = sensitivity()
         if sens is not None and np.shape(sens) == shape:
-            widened = _pass(
-                name,
-                op_out,
-                ref_out,
-                out_dtype,
-                atol,
-                rtol,
-                check_nan,
-                check_inf,
-                sens,
-                eps / terms,  # _block compares sens / eps with the range: the magnitude bound
-                chunk,
-                keep,
-                calibration,
-            )
+            args = (name, op_out, ref_out, out_dtype, atol, rtol, check_nan, check_inf, sens, eps / terms)
+            widened = _pass(*args, chunk, keep, calibration)  # eps / terms: sens / eps bounds the magnitudes
+            if (widened.unexpected_inf or widened.unexpected_nan) and magnitude is not None:
+                mag = magnitude()
+                if mag is not None and np.shape(mag) == shape:
+                    widened = _pass(*args, chunk, keep, calibration, mag)
             widened.used_sensitivity = True
             widened.widened = cmp.mismatches - widened.mismatches - widened.inconclusive
             return widened
@@ -258,6 +253,7 @@ def _pass(
     chunk: int,
     keep_mask: bool,
     calibration: bool = False,
+    mag: np.ndarray | None = None,
 ) -> Comparison:
     shape = tuple(np.shape(ref_out))
     info = dt.FLOAT_INFO.get(out_dtype)
@@ -277,7 +273,8 @@ def _pass(
             o = np.asarray(op_out[idx], dtype=np.float64).ravel()
             r = np.asarray(ref_out[idx], dtype=np.float64).ravel()
             s = None if sens is None else np.asarray(sens[idx], dtype=np.float64).ravel()
-            _block(acc, idx, o, r, s, info, atol, rtol, check_nan, check_inf, eps, ratio_step)
+            m = None if mag is None else np.asarray(mag[idx], dtype=np.float64).ravel()
+            _block(acc, idx, o, r, s, info, atol, rtol, check_nan, check_inf, eps, ratio_step, m)
     c = Comparison(name, acc.bad == 0, None, out_dtype, shape, atol, rtol)
     c.total = acc.total
     c.mismatches = acc.bad
@@ -395,6 +392,7 @@ def _block(
     check_inf: bool,
     eps: float,
     ratio_step: int,
+    mag: np.ndarray | None = None,
 ) -> None:
     n = o.size
     if n == 0:
@@ -420,6 +418,8 @@ def _block(
             ok |= finite_r & (o == -np.inf) & (r - allowed <= -ot)
             if s is not None and eps > 0:
                 inconclusive = finite_r & (nan_o | inf_o) & ~ok & (np.where(unstable, np.inf, s) / eps >= ot)
+            if mag is not None:  # the reference on |inputs|: for sums of products, the largest partial sum
+                inconclusive |= finite_r & (nan_o | inf_o) & ~ok & np.isfinite(mag) & (np.abs(mag) >= ot)
         if unstable is not None:
             inconclusive |= finite_r & ~ok & unstable  # the reference itself is unstable here
         ok |= nan_r & nan_o

@@ -178,6 +178,12 @@ def matmul_short_k(a, b):
 
 def matmul_ref(a, b):
     return a @ b
+
+
+def matmul_ftz(a, b):  # flushes subnormal inputs to zero, as tensor-core and fast-math paths may
+    tiny = np.finfo(np.float32).tiny
+    a32, b32 = (np.where(np.abs(t) < tiny, 0, t).astype(np.float32) for t in (a, b))
+    return (a32 @ b32).astype(a.dtype)
 """
 
 SCRIPT_OK = """
@@ -412,6 +418,28 @@ def test_ill_conditioned_matmul_passes_thanks_to_sensitivity(cfg: Config) -> Non
     assert all(r.passed for r in results), [(r.seed, r.message) for r in results if not r.passed]
     widened = [r for r in results if r.comparisons[0].used_sensitivity]
     assert widened and all(r.comparisons[0].widened > 0 for r in widened)
+
+
+def test_correct_float32_matmul_on_extreme_values_is_never_failed_for_inherent_overflow(cfg: Config) -> None:
+    # seed 278: a row whose two products (-4.08e38, 3.53e38) overflow float32 in any order, the true sum
+    # (-5.5e37) fits; the overflow is inherent, so the correct kernel is not failed (inconclusive)
+    ctx = ctx_for(cfg, "matmul")
+    result = run_case(ctx, spec_for(ctx.op, 278, distribution="boundary", dims={"M": 16, "K": 2, "N": 4}))
+    assert result.status == "passed", result.message
+    assert result.comparisons[0].inconclusive >= 1
+
+
+def test_subnormal_inputs_may_be_flushed_to_zero() -> None:
+    from gpuemu_ls.engine.case import _flushed
+
+    op = type("Op", (), {"inputs": [type("I", (), {"name": "x", "dtype": None})()]})()
+    spec = type("Spec", (), {"dtype": "float32"})()
+    x = np.array([1e-40, -1e-41, 1.2e-38, 0.0, 1.0])  # two float32 subnormals, the smallest normal, 0, 1
+    flushed = _flushed(op, spec, {"x": x})  # type: ignore[arg-type]
+    assert flushed is not None and flushed["x"].tolist() == [0.0, 0.0, 1.2e-38, 0.0, 1.0]
+    assert _flushed(op, spec, {"x": np.array([1.0, 2.0])}) is None  # type: ignore[arg-type]
+    bf16 = type("Spec", (), {"dtype": "bfloat16"})()
+    assert _flushed(op, bf16, {"x": np.array([1e-39])})["x"].tolist() == [0.0]  # type: ignore[arg-type,index]
 
 
 def test_matmul_with_a_real_bug_still_fails(cfg: Config) -> None:

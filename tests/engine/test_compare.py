@@ -224,6 +224,26 @@ def test_inherent_intermediate_overflow_of_a_dot_product_is_inconclusive_a_small
     assert only_row0.passed and only_row0.inconclusive == 1 and "inconclusive" in only_row0.report()
 
 
+def test_a_short_reduction_whose_measured_sensitivity_cancelled_is_judged_by_its_magnitude() -> None:
+    # two float32 terms, -4.08e38 and 3.53e38 (sum -5.5e37): float32 overflows in either order, but two
+    # random perturbations can nearly cancel, leaving a sensitivity far below the range
+    a = np.array([[1.20006895, 1.03715992]])
+    b = np.array([[-3.40282306e38], [3.40282306e38]])
+    ref = a @ b
+    op = np.array([[-np.inf]], dtype=np.float32)
+    small = lambda: np.array([[1e31]])  # noqa: E731
+    args = ("r", op, ref, "float32", 1e-5, 1e-5)
+    plain = compare_output(*args, sensitivity=small, eps=1e-7, terms=np.sqrt(6))
+    assert not plain.passed and plain.kind == "unexpected_inf"
+    mag = lambda: np.abs(a) @ np.abs(b)  # noqa: E731
+    judged = compare_output(*args, sensitivity=small, eps=1e-7, terms=np.sqrt(6), magnitude=mag)
+    assert judged.passed and judged.inconclusive == 1
+    # small magnitudes: the inf is a bug, whatever the magnitude reference says
+    five = lambda: np.array([[5.0]])  # noqa: E731
+    tame = compare_output("r", op, np.array([[3.0]]), "float32", 1e-5, 1e-5, sensitivity=small, magnitude=five)
+    assert not tame.passed and tame.kind == "unexpected_inf"
+
+
 def test_axis_counts_and_ratio_for_a_constant_factor() -> None:
     rng = np.random.default_rng(1)
     ref = rng.standard_normal((6, 40)) + 3.0
