@@ -10,6 +10,7 @@ only the enabled features are registered. Test Explorer speaks ``gpuemu/discover
 from __future__ import annotations
 
 import asyncio
+import faulthandler
 import logging
 import sys
 import threading
@@ -994,8 +995,6 @@ def serve_main(argv: Sequence[str]) -> int:
         logging.basicConfig(filename=args.log_file, level=level)
     else:
         logging.basicConfig(stream=sys.stderr, level=logging.WARNING if not args.verbose else level)
-    import faulthandler
-
     faulthandler.enable()  # a crash of the server itself leaves its Python stacks in the editor's log
     server = create_server()
     if args.tcp:

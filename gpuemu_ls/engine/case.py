@@ -7,6 +7,7 @@ API calls it in the user's own process. Wrong answers (``failed``) and calls tha
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Callable
@@ -212,22 +213,9 @@ def run_case(
             "failed", "output_names", f"the op returned outputs {sorted(op_out)}, the reference {sorted(ref_out)}"
         )
     eps = sensitivity_eps(spec)
-    sens_cache: dict[str, np.ndarray | None] | None = None
-
-    def sensitivity(name: str) -> np.ndarray | None:
-        nonlocal sens_cache
-        if sens_cache is None:
-            sens_cache = _sensitivity(ctx, spec, ref_inputs, ref_out, eps)
-        return sens_cache.get(name)
-
-    mag_cache: dict[str, np.ndarray] | None = None
-
-    def magnitude(name: str) -> np.ndarray | None:
-        nonlocal mag_cache
-        if mag_cache is None:
-            mag_cache = _magnitude(ctx, ref_inputs)
-        got = mag_cache.get(name)
-        return None if got is None else np.asarray(got, dtype=np.float64)
+    # each extra reference run happens at most once per case, and only if some output needs it
+    sensitivities = functools.cache(lambda: _sensitivity(ctx, spec, ref_inputs, ref_out, eps))
+    magnitudes = functools.cache(lambda: _magnitude(ctx, ref_inputs))
 
     for name in sorted(ref_out):
         ref = ref_out[name]
@@ -259,10 +247,10 @@ def run_case(
                 rtol,
                 check_nan=ctx.validation.check_nan,
                 check_inf=ctx.validation.check_inf,
-                sensitivity=lambda n=name: sensitivity(n),
+                sensitivity=lambda n=name: sensitivities().get(n),
                 eps=eps,
                 terms=reduction_terms(spec),
-                magnitude=lambda n=name: magnitude(n),
+                magnitude=lambda n=name: magnitudes().get(n),
                 keep_mask=True,
                 calibration=ctx.calibration,
             )

@@ -129,18 +129,13 @@ async function command(page: Page, title: string): Promise<void> {
   await page.keyboard.press("Enter");
 }
 
-/** Open NAME through Quick Open (Ctrl+P) and wait for its tab; retried like gotoLine when the box closes. */
-async function quickOpen(page: Page, name: string): Promise<void> {
-  const input = page.locator(".quick-input-widget input");
+/** Run a step through a quick-input box up to three times: the box can close under us when focus moves
+ * (a notification, a panel finishing its layout); Escape clears what is left before the next try. */
+async function viaQuickInput(page: Page, what: string, step: () => Promise<void>): Promise<void> {
   let last: unknown;
   for (let attempt = 0; attempt < 3; attempt++) {
     try {
-      await page.keyboard.press("Control+P");
-      await input.waitFor({ state: "visible", timeout: 10_000 });
-      await input.fill(name, { timeout: 5_000 });
-      await page.locator(".quick-input-widget .monaco-list-row", { hasText: name }).first().waitFor({ timeout: 10_000 });
-      await page.keyboard.press("Enter");
-      await page.locator(".tab.active", { hasText: name }).waitFor({ timeout: 20_000 });
+      await step();
       return;
     } catch (err) {
       last = err;
@@ -148,31 +143,34 @@ async function quickOpen(page: Page, name: string): Promise<void> {
       await page.waitForTimeout(500);
     }
   }
-  throw new Error(`could not open ${name}: ${String(last)}`);
+  throw new Error(`could not ${what}: ${String(last)}`);
 }
 
-/** Go to LINE:COLUMN in the active editor. The Go to Line box can close under us when focus moves
- * (a notification, a panel finishing its layout): then it is opened again, up to three times. */
+/** Open NAME through Quick Open (Ctrl+P) and wait for its tab. */
+async function quickOpen(page: Page, name: string): Promise<void> {
+  const input = page.locator(".quick-input-widget input");
+  await viaQuickInput(page, `open ${name}`, async () => {
+    await page.keyboard.press("Control+P");
+    await input.waitFor({ state: "visible", timeout: 10_000 });
+    await input.fill(name, { timeout: 5_000 });
+    await page.locator(".quick-input-widget .monaco-list-row", { hasText: name }).first().waitFor({ timeout: 10_000 });
+    await page.keyboard.press("Enter");
+    await page.locator(".tab.active", { hasText: name }).waitFor({ timeout: 20_000 });
+  });
+}
+
+/** Go to LINE:COLUMN in the active editor. */
 async function gotoLine(page: Page, line: number, column = 1): Promise<void> {
   const input = page.locator(".quick-input-widget input");
-  let last: unknown;
-  for (let attempt = 0; attempt < 3; attempt++) {
-    try {
-      await page.locator(".editor-group-container.active .monaco-editor .view-lines").first().click();
-      await page.keyboard.press("Control+G");
-      await input.waitFor({ state: "visible", timeout: 10_000 });
-      await input.fill(`:${line}:${column}`, { timeout: 5_000 });
-      await page.waitForTimeout(200);
-      await page.keyboard.press("Enter");
-      await page.waitForTimeout(300);
-      return;
-    } catch (err) {
-      last = err;
-      await page.keyboard.press("Escape");
-      await page.waitForTimeout(500);
-    }
-  }
-  throw new Error(`could not go to line ${line}:${column}: ${String(last)}`);
+  await viaQuickInput(page, `go to line ${line}:${column}`, async () => {
+    await page.locator(".editor-group-container.active .monaco-editor .view-lines").first().click();
+    await page.keyboard.press("Control+G");
+    await input.waitFor({ state: "visible", timeout: 10_000 });
+    await input.fill(`:${line}:${column}`, { timeout: 5_000 });
+    await page.waitForTimeout(200);
+    await page.keyboard.press("Enter");
+    await page.waitForTimeout(300);
+  });
 }
 
 /** Results of OP stored by runs the server started on a save (runs.command = "gpuemu-ls (save)"). */
