@@ -13,11 +13,11 @@ from typing import Any
 import numpy as np
 from common import PYTHON, SOFTMAX_KERNEL, SOFTMAX_SCRIPT_OP, SOFTMAX_SCRIPT_REF, best_of, result, write_workspace
 
-from gpuemu_ls.engine import wire
-from gpuemu_ls.engine.compare import compare_output
-from gpuemu_ls.engine.config import load_config
-from gpuemu_ls.engine.generate import generate_inputs
-from gpuemu_ls.engine.validate import RunOptions, plan_op, run_validation
+from gpuemu_ls.engine.cases.generate import generate_inputs
+from gpuemu_ls.engine.config.load import load_config
+from gpuemu_ls.engine.oracle.compare import compare_output
+from gpuemu_ls.engine.run import wire
+from gpuemu_ls.engine.run.validate import RunOptions, plan_op, run_validation
 
 SCRIPT_TOML = """
 [validation]

@@ -150,10 +150,10 @@ RSS_SCRIPT = r"""
 import json, sys
 from pathlib import Path
 import numpy as np
-from gpuemu_ls.engine.config import load_config
-from gpuemu_ls.engine.worker import build_context
-from gpuemu_ls.engine.case import run_case
-from gpuemu_ls.engine.plan import derive_case
+from gpuemu_ls.engine.config.load import load_config
+from gpuemu_ls.engine.run.worker import build_context
+from gpuemu_ls.engine.run.case import run_case
+from gpuemu_ls.engine.cases.plan import derive_case
 
 root = Path(sys.argv[1])
 cfg = load_config(root)

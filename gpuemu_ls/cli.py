@@ -18,18 +18,14 @@ from typing import Any
 
 from . import __version__
 from .console import Progress
-from .engine.baseline import baseline_path, from_document, load_baseline, regressions, write_baseline
-from .engine.calibrate import calibrate, write_tolerances
-from .engine.config import CONFIG_NAME, MAX_SEED, Config, find_workspace, load_config
+from .engine.cases.generate import generate_inputs
+from .engine.cases.plan import mode_filter
+from .engine.config.load import CONFIG_NAME, MAX_SEED, Config, find_workspace, load_config
 from .engine.errors import ConfigError, UsageError
-from .engine.formats import FORMATS, render
-from .engine.gate import GateOptions, run_gate
-from .engine.generate import generate_inputs
-from .engine.minimize import describe, minimize, store_minimized
-from .engine.plan import mode_filter
-from .engine.report import replay_command, row_line
-from .engine.repro import write_repro
-from .engine.results import (
+from .engine.report.baseline import baseline_path, from_document, load_baseline, regressions, write_baseline
+from .engine.report.formats import FORMATS, render
+from .engine.report.lines import replay_command, row_line
+from .engine.report.results import (
     build_document,
     document_from_store,
     exit_code,
@@ -37,8 +33,12 @@ from .engine.results import (
     overall_status,
     summarize,
 )
-from .engine.store import Store, StoreError
-from .engine.validate import RunOptions, plan_op, replay_spec, run_validation
+from .engine.run.validate import RunOptions, plan_op, replay_spec, run_validation
+from .engine.store.db import Store, StoreError
+from .engine.tools.calibrate import calibrate, write_tolerances
+from .engine.tools.gate import GateOptions, run_gate
+from .engine.tools.minimize import describe, minimize, store_minimized
+from .engine.tools.repro import write_repro
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 SHOW_FAILURES = 3
@@ -728,7 +728,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def cmd_lint(args: argparse.Namespace) -> int:
-    from .engine.kernels import cache_dir, lint_entries, lint_path
+    from .engine.run.kernels import cache_dir, lint_entries, lint_path
 
     cfg: Config | None = None
     if args.workspace or args.top_workspace or not args.files:
@@ -780,7 +780,7 @@ def cmd_lint(args: argparse.Namespace) -> int:
 
 
 def cmd_init(args: argparse.Namespace) -> int:
-    from .engine.init import write_starter
+    from .engine.tools.init import write_starter
 
     target = Path(args.path).expanduser().resolve()
     written = write_starter(target, force=args.force)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from .cli import EXIT_FAIL, EXIT_USAGE, _config, _gate_flags, _Parser, run_ci
 from .engine.errors import ConfigError, UsageError
-from .engine.store import StoreError
+from .engine.store.db import StoreError
 
 
 def check_main(argv: Sequence[str]) -> int:

@@ -106,7 +106,7 @@ class _State:
         return client
 
     def plan(self, root: Path, op_name: str) -> list[Any]:
-        from .engine.validate import plan_op
+        from .engine.run.validate import plan_op
 
         key = (root.resolve(), op_name)
         if key not in self.plans:
@@ -121,7 +121,7 @@ class _State:
         return self.plans[key]
 
     def default_root(self) -> Path:
-        from .engine.config import find_workspace
+        from .engine.config.load import find_workspace
 
         opt = self.config.getoption("gpuemu_workspace")
         if opt:
@@ -180,8 +180,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if not state.shared_runs or hasattr(session.config, "workerinput"):
         return
     from .api.storeview import finish_shared_run
-    from .engine.config import load_config
-    from .engine.store import Store
+    from .engine.config.load import load_config
+    from .engine.store.db import Store
 
     for root, run_id in sorted(state.shared_runs.items()):
         store = Store.for_workspace(Path(root))

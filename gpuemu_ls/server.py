@@ -26,7 +26,9 @@ from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol, lsp_method
 
 from . import __version__
-from .diagnostics.actions import (
+from .engine.config.load import CONFIG_NAME, MAX_SEED, find_workspace
+from .engine.run.zygote import get_zygote
+from .features.code_actions import (
     CALIBRATE,
     COMMANDS,
     MINIMIZE,
@@ -38,11 +40,9 @@ from .diagnostics.actions import (
     code_actions,
     code_lenses,
 )
-from .diagnostics.build import workspace_diagnostics
-from .diagnostics.hover import kernel_hover, op_hover
-from .diagnostics.ranges import op_header_range, op_target
-from .engine.config import CONFIG_NAME, MAX_SEED, find_workspace
-from .engine.zygote import get_zygote
+from .features.diagnostics import workspace_diagnostics
+from .features.hover import kernel_hover, op_hover
+from .features.ranges import op_header_range, op_target
 from .options import ServerOptions
 from .session.jobs import Job, JobRunner
 from .session.watcher import FileWatcher, StorePoller
@@ -738,7 +738,7 @@ def _discover(ls: GpuemuServer, s: WorkspaceSession) -> dict[str, Any]:
 
 
 def op_header_range_kernel(cfg: Any, index: int) -> lsp.Range:
-    from .diagnostics.ranges import kernel_header_range
+    from .features.ranges import kernel_header_range
 
     return kernel_header_range(cfg, index)
 
@@ -877,10 +877,10 @@ async def _with_progress(ls: GpuemuServer, s: WorkspaceSession, title: str, fn: 
 
 
 async def _reproduce(ls: GpuemuServer, s: WorkspaceSession, op_name: str, seed: int) -> dict[str, Any]:
-    from .engine.generate import generate_inputs
-    from .engine.repro import write_repro
-    from .engine.store import Store
-    from .engine.validate import RunOptions, replay_spec, run_validation
+    from .engine.cases.generate import generate_inputs
+    from .engine.run.validate import RunOptions, replay_spec, run_validation
+    from .engine.store.db import Store
+    from .engine.tools.repro import write_repro
 
     cfg = s.config
     assert cfg is not None
@@ -927,9 +927,9 @@ async def _show(ls: GpuemuServer, path: Path) -> None:
 
 
 async def _minimize(ls: GpuemuServer, s: WorkspaceSession, op_name: str, seed: int) -> dict[str, Any]:
-    from .engine.minimize import describe, minimize, store_minimized
-    from .engine.repro import write_repro
-    from .engine.store import Store
+    from .engine.store.db import Store
+    from .engine.tools.minimize import describe, minimize, store_minimized
+    from .engine.tools.repro import write_repro
 
     cfg = s.config
     assert cfg is not None
@@ -954,8 +954,8 @@ async def _minimize(ls: GpuemuServer, s: WorkspaceSession, op_name: str, seed: i
 
 
 async def _calibrate(ls: GpuemuServer, s: WorkspaceSession, op_name: str, iterations: int) -> dict[str, Any]:
-    from .engine.calibrate import calibrate
-    from .engine.edits import set_tolerances
+    from .engine.config.edits import set_tolerances
+    from .engine.tools.calibrate import calibrate
 
     cfg = s.config
     assert cfg is not None

@@ -3,7 +3,7 @@
 On a machine with a GPU the op under test runs in the user's own process (the client-side and
 daemon-orchestrated modes): a :class:`Client` generates the same seeded inputs as the CLI, hands them
 to the user's ``run_op`` as the op's framework tensors on its device, runs the float64 reference in
-process, and compares with :func:`~gpuemu_ls.engine.case.run_case`, the very function the CLI's
+process, and compares with :func:`~gpuemu_ls.engine.run.case.run_case`, the very function the CLI's
 workers call. Every case lands in the workspace's store as a run like any other (op, seed, input
 snapshot of each failure), so ``gpuemu failures``, ``gpuemu reproduce`` and the editor show it.
 """
@@ -24,15 +24,15 @@ from typing import Any
 import numpy as np
 
 from ..engine import dtypes as dt
-from ..engine.case import CaseContext, CaseResult, run_case
-from ..engine.config import CONFIG_NAME, Config, OpConfig, find_workspace, load_config, resolve_tolerance
+from ..engine.cases.generate import generate_inputs
+from ..engine.cases.plan import CaseSpec, derive_case, iter_seeds, mode_filter
+from ..engine.config.load import CONFIG_NAME, Config, OpConfig, find_workspace, load_config, resolve_tolerance
 from ..engine.errors import ConfigError, Problem, UsageError
-from ..engine.frameworks import Adapter, get_adapter, to_numpy_any
-from ..engine.generate import generate_inputs
-from ..engine.plan import CaseSpec, derive_case, iter_seeds, mode_filter
-from ..engine.runners import CallableRunner, CallError, Runner, ScriptRunner
-from ..engine.store import Store
-from ..engine.validate import OpOutcome, config_hash, op_status, plan_op
+from ..engine.run.case import CaseContext, CaseResult, run_case
+from ..engine.run.frameworks import Adapter, get_adapter, to_numpy_any
+from ..engine.run.runners import CallableRunner, CallError, Runner, ScriptRunner
+from ..engine.run.validate import OpOutcome, config_hash, op_status, plan_op
+from ..engine.store.db import Store
 from .results import USER_SEED_BASE, FuzzResult, TestCase, ValidationError, ValidationResult
 from .runners import ClientRunner, PrecomputedRunner
 
@@ -352,7 +352,7 @@ class Client:
         Records a ``reproduce`` run (no verdict), like ``gpuemu reproduce``. ``result.source`` says
         where the inputs came from.
         """
-        from ..engine.validate import replay_spec
+        from ..engine.run.validate import replay_spec
 
         o = self.op(op)
         spec, snapshot, source = replay_spec(self.config, o, int(seed), None if regenerate else self.store)
@@ -393,11 +393,11 @@ class Client:
     ) -> list[Any]:
         """Propose (atol, rtol) per dtype from the errors a known-good ``run_op`` makes, as ``gpuemu calibrate``.
 
-        Returns :class:`~gpuemu_ls.engine.calibrate.Proposal` objects; ``write=True`` puts them into
+        Returns :class:`~gpuemu_ls.engine.tools.calibrate.Proposal` objects; ``write=True`` puts them into
         the op's ``[ops.tolerances]`` in gpuemu.toml (comments kept) and reloads the configuration.
         Nothing is stored: a calibration is not a verdict.
         """
-        from ..engine import calibrate as cal
+        from ..engine.tools import calibrate as cal
 
         o = self.op(op)
         if method not in cal.METHODS:
@@ -427,8 +427,8 @@ class Client:
 
     def export_results(self, path: str | Path | None = None, *, format: str = "json") -> str:
         """The stored verdict of every op as a results document (``gpuemu report``), written to ``path`` if given."""
-        from ..engine.formats import render
-        from ..engine.results import document_from_store
+        from ..engine.report.formats import render
+        from ..engine.report.results import document_from_store
 
         if self.store is None:
             raise UsageError("this client keeps no store (store=False)")
@@ -580,7 +580,7 @@ class Client:
         return self._conclude(run, op, cases, len(specs), stopped, time.monotonic() - start)
 
     def _run_isolated(self, op: OpConfig, specs: list[CaseSpec], *, mode: str, fail_fast: bool) -> FuzzResult:
-        from ..engine.validate import RunOptions, run_validation
+        from ..engine.run.validate import RunOptions, run_validation
 
         run = self._open_run(mode)
         result = run_validation(
@@ -606,7 +606,7 @@ class Client:
         elapsed: float,
         outcome: OpOutcome | None = None,
     ) -> FuzzResult:
-        from ..engine.diagnose import diagnose_cases
+        from ..engine.oracle.diagnose import diagnose_cases
 
         status = op_status(cases)
         message = ""
@@ -645,7 +645,7 @@ class Client:
         )
 
     def _single(self, op: OpConfig, result: CaseResult) -> ValidationResult:
-        from ..engine.diagnose import diagnose_cases
+        from ..engine.oracle.diagnose import diagnose_cases
 
         with self._lock:
             run = self._session_run()
@@ -752,7 +752,7 @@ class Client:
             status = run.status[op.name]
         run.status[op.name] = status
         if run.verdicts:
-            from ..engine.diagnose import diagnose_cases
+            from ..engine.oracle.diagnose import diagnose_cases
 
             outcome = OpOutcome(
                 op.name,
@@ -889,7 +889,7 @@ def _user_spec(op: OpConfig, logical: dict[str, np.ndarray], layout: str) -> Cas
 
 def _proposal(config: Config, op: OpConfig, dtype: str, cases: list[CaseResult], method: str, factor: float) -> Any:
     """The calibration proposal for one dtype from its cases (the rule of ``engine.calibrate.calibrate``)."""
-    from ..engine import calibrate as cal
+    from ..engine.tools import calibrate as cal
 
     small, large, excluded = [], [], 0
     for c in cases:

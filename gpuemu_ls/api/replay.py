@@ -14,12 +14,12 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from ..engine.compare import Comparison
-from ..engine.config import Config, OpConfig
-from ..engine.plan import CaseSpec
-from ..engine.report import KIND_TEXT
-from ..engine.repro import REPRO_DIR, save_inputs
-from ..engine.store import Store
+from ..engine.cases.plan import CaseSpec
+from ..engine.config.load import Config, OpConfig
+from ..engine.oracle.compare import Comparison
+from ..engine.report.lines import KIND_TEXT
+from ..engine.store.db import Store
+from ..engine.tools.repro import REPRO_DIR, save_inputs
 from .results import api_replay
 
 _FIELDS = {f.name for f in fields(Comparison)}

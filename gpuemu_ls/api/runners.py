@@ -1,7 +1,7 @@
 """Runners for the user's own process: the user's ``run_op`` callable, and an output already computed.
 
-Both are :class:`~gpuemu_ls.engine.runners.Runner` subclasses, so the Python API goes through the very
-same :func:`~gpuemu_ls.engine.case.run_case` as the CLI and the server: comparison, tolerances,
+Both are :class:`~gpuemu_ls.engine.run.runners.Runner` subclasses, so the Python API goes through the very
+same :func:`~gpuemu_ls.engine.run.case.run_case` as the CLI and the server: comparison, tolerances,
 invariants, NaN rules, input-mutation checks and snapshots are identical.
 """
 
@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from ..engine.frameworks import Adapter, AutoAdapter, WriteBack
-from ..engine.runners import CallError, Runner, as_outputs, is_library
+from ..engine.run.frameworks import Adapter, AutoAdapter, WriteBack
+from ..engine.run.runners import CallError, Runner, as_outputs, is_library
 
 _PACKAGE = Path(__file__).resolve().parents[1]
 

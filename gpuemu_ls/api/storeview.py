@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..engine.case import CaseResult
-from ..engine.config import Config
-from ..engine.plan import CaseSpec
-from ..engine.store import Store
+from ..engine.cases.plan import CaseSpec
+from ..engine.config.load import Config
+from ..engine.run.case import CaseResult
+from ..engine.store.db import Store
 from .replay import stored_comparisons
 
 
@@ -74,8 +74,8 @@ def store_verdict(
     store: Store, config: Config, run_id: str, op_name: str, *, mode: str, source: str, planned: int | None = None
 ) -> str:
     """Recompute ``op_name``'s verdict over every case of ``run_id`` in the store and write it; returns the status."""
-    from ..engine.diagnose import diagnose_cases
-    from ..engine.validate import OpOutcome, op_status
+    from ..engine.oracle.diagnose import diagnose_cases
+    from ..engine.run.validate import OpOutcome, op_status
 
     rows = store.cases(run_id=run_id, op=op_name)
     cases = [c for c in (case_from_row(r) for r in rows) if c is not None]

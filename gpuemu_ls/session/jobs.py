@@ -17,8 +17,8 @@ from concurrent.futures import wait as futures_wait
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..engine.store import Store
-from ..engine.validate import RunOptions, RunResult, plan_op, run_validation
+from ..engine.run.validate import RunOptions, RunResult, plan_op, run_validation
+from ..engine.store.db import Store
 from .workspace import WorkspaceSession
 
 Event = dict[str, Any]
@@ -142,7 +142,7 @@ class JobRunner:
         return self._start(Job("lint", session, kernel, reason=reason), self._lint)
 
     def _lint(self, job: Job) -> list[dict[str, Any]]:
-        from ..engine.kernels import lint_entries
+        from ..engine.run.kernels import lint_entries
 
         cfg = job.session.config
         if cfg is None:

@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..engine.config import CONFIG_NAME, Config, load_config
+from ..engine.config.load import CONFIG_NAME, Config, load_config
+from ..engine.config.locations import op_files
 from ..engine.errors import ConfigError, Problem
-from ..engine.locations import op_files
-from ..engine.store import Store, StoreError, store_path
+from ..engine.store.db import Store, StoreError, store_path
 
 SOURCE_SUFFIXES = (".py", ".cu", ".cuh", ".h", ".hpp", ".ptx")
 MAX_FAILURES = 50

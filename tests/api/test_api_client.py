@@ -14,11 +14,11 @@ from apihelp import detail, np_softmax, np_softmax_no_max, rows
 
 from gpuemu_ls import Client, ValidationError, validate_op
 from gpuemu_ls.api import USER_SEED_BASE, FuzzResult, TestCase, ValidationResult
-from gpuemu_ls.engine.config import load_config
+from gpuemu_ls.engine.cases.generate import generate_inputs
+from gpuemu_ls.engine.cases.plan import derive_case, mode_filter
+from gpuemu_ls.engine.config.load import load_config
 from gpuemu_ls.engine.errors import ConfigError, UsageError
-from gpuemu_ls.engine.generate import generate_inputs
-from gpuemu_ls.engine.plan import derive_case, mode_filter
-from gpuemu_ls.engine.validate import plan_op
+from gpuemu_ls.engine.run.validate import plan_op
 
 
 def db(root: Path) -> Path:
@@ -317,7 +317,7 @@ def test_test_op_runs_the_cases_of_gpuemu_test(client_ws: Path) -> None:
 
 def test_calibrate_tolerance_matches_gpuemu_calibrate_and_writes_back(client_ws: Path) -> None:
     """A float16-intermediate softmax is 'known good' at a looser float32 tolerance: propose it, write it."""
-    from gpuemu_ls.engine.calibrate import calibrate
+    from gpuemu_ls.engine.tools.calibrate import calibrate
 
     (client_ws / "ops.py").write_text(
         (client_ws / "ops.py").read_text()
@@ -388,7 +388,7 @@ def test_results_render_and_serialize(client_ws: Path) -> None:
 
 def test_writes_into_device_copies_are_copied_back_and_caught(client_ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Inputs copied to a device (here a fake one: a numpy copy) are copied back after run_op, so writes show."""
-    from gpuemu_ls.engine.frameworks import Adapter
+    from gpuemu_ls.engine.run.frameworks import Adapter
 
     class CopyingAdapter(Adapter):
         name = "copying"

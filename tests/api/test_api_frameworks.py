@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from apihelp import needs_jax, needs_tf, needs_torch
 
-from gpuemu_ls.engine import frameworks
-from gpuemu_ls.engine.frameworks import Adapter, AutoAdapter, framework_of, get_adapter, to_numpy_any
-from gpuemu_ls.engine.generate import make_layout
+from gpuemu_ls.engine.cases.generate import make_layout
+from gpuemu_ls.engine.run import frameworks
+from gpuemu_ls.engine.run.frameworks import Adapter, AutoAdapter, framework_of, get_adapter, to_numpy_any
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 

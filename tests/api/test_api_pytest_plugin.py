@@ -11,8 +11,8 @@ import pytest
 from apihelp import plugin_args, rows
 
 from gpuemu_ls import Client
-from gpuemu_ls.engine.config import load_config
-from gpuemu_ls.engine.validate import plan_op
+from gpuemu_ls.engine.config.load import load_config
+from gpuemu_ls.engine.run.validate import plan_op
 
 TOML = """
 [project]

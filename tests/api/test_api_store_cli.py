@@ -13,7 +13,7 @@ from apihelp import np_softmax, np_softmax_no_max
 
 from gpuemu_ls import Client
 from gpuemu_ls.api import client_replay_text
-from gpuemu_ls.engine.store import Store
+from gpuemu_ls.engine.store.db import Store
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from gpuemu_ls.engine import config as cfgmod
+from gpuemu_ls.engine.config import load as cfgmod
 from gpuemu_ls.engine import dtypes as dt
 from gpuemu_ls.engine.errors import ConfigError
 

@@ -10,12 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpuemu_ls.engine import wire
-from gpuemu_ls.engine.case import CaseContext, CaseResult, run_case
-from gpuemu_ls.engine.config import Config, OpConfig, load_config
-from gpuemu_ls.engine.frameworks import Adapter
-from gpuemu_ls.engine.plan import CaseSpec, derive_case, shape_of
-from gpuemu_ls.engine.runners import CallableRunner, CallError, Runner, ScriptRunner
+from gpuemu_ls.engine.cases.plan import CaseSpec, derive_case, shape_of
+from gpuemu_ls.engine.config.load import Config, OpConfig, load_config
+from gpuemu_ls.engine.run import wire
+from gpuemu_ls.engine.run.case import CaseContext, CaseResult, run_case
+from gpuemu_ls.engine.run.frameworks import Adapter
+from gpuemu_ls.engine.run.runners import CallableRunner, CallError, Runner, ScriptRunner
 
 TOML = """
 [validation]
@@ -430,7 +430,7 @@ def test_correct_float32_matmul_on_extreme_values_is_never_failed_for_inherent_o
 
 
 def test_subnormal_inputs_may_be_flushed_to_zero() -> None:
-    from gpuemu_ls.engine.case import _flushed
+    from gpuemu_ls.engine.run.case import _flushed
 
     op = type("Op", (), {"inputs": [type("I", (), {"name": "x", "dtype": None})()]})()
     spec = type("Spec", (), {"dtype": "float32"})()

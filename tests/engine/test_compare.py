@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from gpuemu_ls.engine import dtypes as dt
-from gpuemu_ls.engine.compare import Comparison, compare_output, iter_blocks
+from gpuemu_ls.engine.oracle.compare import Comparison, compare_output, iter_blocks
 
 F16_MAX = 65504.0
 

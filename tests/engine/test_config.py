@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gpuemu_ls.engine import dtypes as dt
-from gpuemu_ls.engine.config import (
+from gpuemu_ls.engine.config.load import (
     DISTRIBUTIONS,
     ArtifactChecksConfig,
     DimSpec,

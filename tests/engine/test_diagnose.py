@@ -6,12 +6,12 @@ import dataclasses
 
 import pytest
 
-from gpuemu_ls.engine.case import CaseContext, CaseResult, run_case
-from gpuemu_ls.engine.config import Config, OpConfig, load_config
-from gpuemu_ls.engine.diagnose import diagnose_cases, find_condition
-from gpuemu_ls.engine.frameworks import Adapter
-from gpuemu_ls.engine.plan import CaseSpec, derive_case, shape_of
-from gpuemu_ls.engine.runners import CallableRunner
+from gpuemu_ls.engine.cases.plan import CaseSpec, derive_case, shape_of
+from gpuemu_ls.engine.config.load import Config, OpConfig, load_config
+from gpuemu_ls.engine.oracle.diagnose import diagnose_cases, find_condition
+from gpuemu_ls.engine.run.case import CaseContext, CaseResult, run_case
+from gpuemu_ls.engine.run.frameworks import Adapter
+from gpuemu_ls.engine.run.runners import CallableRunner
 
 TOML = """
 [validation]

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from gpuemu_ls.engine import dtypes as dt
-from gpuemu_ls.engine.config import OpConfig, load_config
-from gpuemu_ls.engine.generate import _cast, generate_inputs, make_layout, with_layout
-from gpuemu_ls.engine.plan import CaseSpec, derive_case, shape_of
+from gpuemu_ls.engine.cases.generate import _cast, generate_inputs, make_layout, with_layout
+from gpuemu_ls.engine.cases.plan import CaseSpec, derive_case, shape_of
+from gpuemu_ls.engine.config.load import OpConfig, load_config
 
 GEN_TOML = """
 [validation]

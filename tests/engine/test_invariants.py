@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpuemu_ls.engine.invariants import check_invariants
+from gpuemu_ls.engine.oracle.invariants import check_invariants
 
 
 def softmax(x: np.ndarray) -> np.ndarray:

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuemu_ls.engine.config import DimSpec, OpConfig, load_config
-from gpuemu_ls.engine.plan import (
+from gpuemu_ls.engine.cases.plan import (
     QUICK_STRATEGIES,
     STRATEGY_WINDOW,
     CaseSpec,
@@ -17,6 +16,7 @@ from gpuemu_ls.engine.plan import (
     mode_filter,
     regular_values,
 )
+from gpuemu_ls.engine.config.load import DimSpec, OpConfig, load_config
 
 GOLDEN_TOML = """
 [validation]

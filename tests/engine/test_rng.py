@@ -8,7 +8,7 @@ import statistics
 import numpy as np
 import pytest
 
-from gpuemu_ls.engine.rng import Stream, det_log, inv_normal_cdf, splitmix64, stream_key
+from gpuemu_ls.engine.cases.rng import Stream, det_log, inv_normal_cdf, splitmix64, stream_key
 
 # (key parts, 128-bit stream key, first 4 Philox words, next 3 uniforms as float.hex, next 4 normals, next 6 integers in
 # [-5, 100), then a permutation of 6): computed once and pasted. A change here breaks every stored replay.
@@ -174,7 +174,7 @@ def test_integers_stay_in_range_and_reject_empty_ranges() -> None:
 
 
 def test_tabled_normal_matches_as241_within_its_interpolation_error() -> None:
-    from gpuemu_ls.engine.rng import tabled_normal
+    from gpuemu_ls.engine.cases.rng import tabled_normal
 
     u = np.concatenate([Stream("tabled").uniform(200_000), [1e-12, 2.0**-14, 0.5, 1 - 2.0**-14, 1 - 1e-12]])
     exact = inv_normal_cdf(u)

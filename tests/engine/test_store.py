@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 from gpuemu_ls.engine import dtypes as dt
-from gpuemu_ls.engine.case import CaseResult
-from gpuemu_ls.engine.compare import compare_output
-from gpuemu_ls.engine.plan import CaseSpec
-from gpuemu_ls.engine.store import Store, decode_arrays, encode_arrays, store_path
+from gpuemu_ls.engine.cases.plan import CaseSpec
+from gpuemu_ls.engine.oracle.compare import compare_output
+from gpuemu_ls.engine.run.case import CaseResult
+from gpuemu_ls.engine.store.db import Store, decode_arrays, encode_arrays, store_path
 
 
 def spec(op: str = "softmax", seed: int = 0, dtype: str = "float32", layout: str = "strided") -> CaseSpec:
@@ -202,9 +202,9 @@ def test_reopening_keeps_everything(tmp_path: Path) -> None:
 WRITER = textwrap.dedent("""
     import sys, time
     import numpy as np
-    from gpuemu_ls.engine.case import CaseResult
-    from gpuemu_ls.engine.plan import CaseSpec
-    from gpuemu_ls.engine.store import Store
+    from gpuemu_ls.engine.run.case import CaseResult
+    from gpuemu_ls.engine.cases.plan import CaseSpec
+    from gpuemu_ls.engine.store.db import Store
 
     path, name, batches = sys.argv[1], sys.argv[2], int(sys.argv[3])
     store = Store(path)

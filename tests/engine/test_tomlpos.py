@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from gpuemu_ls.engine.tomlpos import PositionIndex, Span
+from gpuemu_ls.engine.config.tomlpos import PositionIndex, Span
 
 DOC = textwrap.dedent('''\
     # a comment

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from gpuemu_ls.engine.config import Config, load_config
-from gpuemu_ls.engine.plan import derive_case
-from gpuemu_ls.engine.store import Store
-from gpuemu_ls.engine.validate import RunOptions, RunResult, crash_site, run_validation, this_case_stderr
-from gpuemu_ls.engine.worker import CASE_MARK
+from gpuemu_ls.engine.cases.plan import derive_case
+from gpuemu_ls.engine.config.load import Config, load_config
+from gpuemu_ls.engine.run.validate import RunOptions, RunResult, crash_site, run_validation, this_case_stderr
+from gpuemu_ls.engine.run.worker import CASE_MARK
+from gpuemu_ls.engine.store.db import Store
 
 TOML = """
 [validation]
@@ -231,7 +231,7 @@ def worker_children() -> list[int]:
         except OSError:
             continue
         fields = stat.rsplit(")", 1)[1].split()
-        if fields[1] == me and fields[0] != "Z" and b"gpuemu_ls.engine.worker" in cmdline:
+        if fields[1] == me and fields[0] != "Z" and b"gpuemu_ls.engine.run.worker" in cmdline:
             found.append(int(pid))
     return found
 
@@ -410,7 +410,7 @@ def test_crash_site_reads_the_faulthandler_dump(tmp_path: Path) -> None:
         '  File "/usr/lib/python3.11/ctypes/__init__.py", line 519 in string_at\n'
         f'  File "{root}/kernels/op.py", line 12 in tile\n'
         f'  File "{root}/kernels/op.py", line 30 in op\n'
-        '  File "/x/gpuemu_ls/engine/runners.py", line 136 in call\n'
+        '  File "/x/gpuemu_ls/engine/run/runners.py", line 136 in call\n'
     )
     assert crash_site(dump, root) == (f"{root}/kernels/op.py", 12)
     assert crash_site("no frames here", root) == (None, None)

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from gpuemu_ls.engine import dtypes as dt
-from gpuemu_ls.engine import wire
-from gpuemu_ls.engine.generate import make_layout
+from gpuemu_ls.engine.cases.generate import make_layout
+from gpuemu_ls.engine.run import wire
 
 
 def sample(name: str) -> np.ndarray:

@@ -16,8 +16,8 @@ SCRIPT = textwrap.dedent(
     """
     import sys, threading
     from pathlib import Path
-    from gpuemu_ls.engine.config import load_config
-    from gpuemu_ls.engine.validate import RunOptions, run_validation
+    from gpuemu_ls.engine.config.load import load_config
+    from gpuemu_ls.engine.run.validate import RunOptions, run_validation
     from gpuemu_ls.session.workspace import WorkspaceSession
 
     root = Path(sys.argv[1])

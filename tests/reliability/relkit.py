@@ -3,8 +3,8 @@
 Nothing here fakes a component. ``run_cli`` / ``run_check`` start ``python -m gpuemu_ls`` and the
 ``gpuemu-ls --check`` entry point as subprocesses; ``start_server`` launches ``python -m
 gpuemu_ls.server`` over stdio and drives it with a pytest-lsp client; ``worker_pids`` finds worker
-processes through ``/proc`` (children of the zygote ``python -m gpuemu_ls.engine.zygote``, or
-``python -m gpuemu_ls.engine.worker`` processes when ``GPUEMU_NO_ZYGOTE=1``); store helpers open the
+processes through ``/proc`` (children of the zygote ``python -m gpuemu_ls.engine.run.zygote``, or
+``python -m gpuemu_ls.engine.run.worker`` processes when ``GPUEMU_NO_ZYGOTE=1``); store helpers open the
 SQLite file directly. ``record`` adds to the figures the suite reports (see conftest.py).
 """
 
@@ -35,8 +35,8 @@ PY = sys.executable
 CLI = [PY, "-m", "gpuemu_ls"]
 CHECK = [PY, "-c", "import sys; from gpuemu_ls.cli import server_main; sys.exit(server_main())", "--check"]
 SERVER_CMD = [PY, "-m", "gpuemu_ls.server"]
-ZYGOTE_MARK = "gpuemu_ls.engine.zygote"
-WORKER_MARK = "gpuemu_ls.engine.worker"
+ZYGOTE_MARK = "gpuemu_ls.engine.run.zygote"
+WORKER_MARK = "gpuemu_ls.engine.run.worker"
 #: Options that keep a server quiet and small: nothing runs unless a test asks, no file watching.
 QUIET = {"mode": "quick", "iterations": 1, "onOpen": False, "onSave": False, "watch": "off", "pollStoreSeconds": 0.5}
 LONG = 120.0  # generous: the machine running this suite is shared and loaded

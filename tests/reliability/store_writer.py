@@ -1,6 +1,6 @@
 """A store writer for the concurrency and fault tests: ``python store_writer.py DB N BATCH [options]``.
 
-Writes ``N`` transactions through the real :class:`gpuemu_ls.engine.store.Store` (the code every face
+Writes ``N`` transactions through the real :class:`gpuemu_ls.engine.store.db.Store` (the code every face
 uses): one run, and per transaction ``BATCH`` failing cases of seed ``i`` (each with an input snapshot
 of ``--snapshot-kb`` KiB of incompressible data, so transactions can be made large), committed by one
 ``add_cases`` call. After each commit it prints ``committed RUN_ID I`` and flushes, so a test knows
@@ -39,9 +39,9 @@ def main() -> int:
 
     import numpy as np
 
-    from gpuemu_ls.engine.case import CaseResult
-    from gpuemu_ls.engine.plan import CaseSpec
-    from gpuemu_ls.engine.store import Store, StoreError
+    from gpuemu_ls.engine.cases.plan import CaseSpec
+    from gpuemu_ls.engine.run.case import CaseResult
+    from gpuemu_ls.engine.store.db import Store, StoreError
 
     if args.start_file:
         print("ready", flush=True)

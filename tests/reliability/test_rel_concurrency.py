@@ -40,9 +40,9 @@ if Client is not None:
                 r = client.test_op(name, quick=True, iterations=int(sys.argv[3]))
                 out.append({"run_id": r.run_id, "cases": r.total, "status": r.status})
 else:
-    from gpuemu_ls.engine.config import load_config
-    from gpuemu_ls.engine.store import Store
-    from gpuemu_ls.engine.validate import RunOptions, run_validation
+    from gpuemu_ls.engine.config.load import load_config
+    from gpuemu_ls.engine.store.db import Store
+    from gpuemu_ls.engine.run.validate import RunOptions, run_validation
     cfg = load_config(root)
     for _ in range(int(sys.argv[2])):
         res = run_validation(cfg, RunOptions(mode="quick", iterations=int(sys.argv[3]), source="api"),

@@ -1,6 +1,6 @@
 """Limits on worker processes: wall time, CPU time, address space, and kills of the whole process group.
 
-Each test runs real workers (forked by the zygote, and as ``python -m gpuemu_ls.engine.worker`` with
+Each test runs real workers (forked by the zygote, and as ``python -m gpuemu_ls.engine.run.worker`` with
 ``GPUEMU_NO_ZYGOTE=1`` where the mode matters) and looks at them from outside, through ``/proc``:
 their ``limits``, whether they and what they started are still alive. Every process a run starts
 carries a tag in its environment, so leftovers are found wherever they were reparented.

@@ -1,0 +1,50 @@
+"""Edits to gpuemu.toml that keep its comments and layout (tomlkit): pin a seed, set tolerances.
+
+Each takes the file's current text and returns the new text, so the CLI can write it and the
+language server can send it as a WorkspaceEdit without touching the disk.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import tomlkit
+
+from ..errors import UsageError
+
+
+def _op_table(doc: Any, index: int, name: str) -> Any:
+    ops = doc.get("ops")
+    if ops is None or index >= len(ops) or ops[index].get("name") != name:
+        raise UsageError(f"op {name!r} is not entry {index} of [[ops]] any more; reload and try again")
+    return ops[index]
+
+
+def pin_seed(text: str, index: int, name: str, seed: int) -> str:
+    """Add ``seed`` to the op's ``seeds`` (pinned regression cases, always run first)."""
+    doc = tomlkit.parse(text)
+    table = _op_table(doc, index, name)
+    seeds = table.get("seeds")
+    if seeds is None:
+        table["seeds"] = tomlkit.array([seed])
+    elif seed not in seeds:
+        seeds.append(seed)
+    return tomlkit.dumps(doc)
+
+
+def set_tolerances(text: str, index: int, name: str, tolerances: dict[str, tuple[float, float]]) -> str:
+    """Set ``[ops.tolerances]`` of the op: dtype -> (atol, rtol)."""
+    doc = tomlkit.parse(text)
+    table = _op_table(doc, index, name)
+    tols = table.get("tolerances")
+    if tols is None:
+        # an inline key sits with the op's own keys: a new [ops.tolerances] table would be appended after
+        # the op's last sub-table, where the comments that introduce the next op would end up above it
+        tols = tomlkit.inline_table()
+        table["tolerances"] = tols
+    for dtype, (atol, rtol) in tolerances.items():
+        entry = tomlkit.inline_table()
+        entry["atol"] = atol
+        entry["rtol"] = rtol
+        tols[dtype] = entry
+    return tomlkit.dumps(doc)

@@ -1,0 +1,1271 @@
+"""Load and check ``gpuemu.toml``: every key known, every value typed, every problem with its position.
+
+The project file sits over user defaults (``~/.config/gpuemu/config.toml``). Nothing unknown is
+ignored: an unknown key, a wrong type or a dangling reference is an error naming file, line and
+column, with a hint. All problems of a file are collected, so an editor can show them at once.
+Checking never runs workspace code: modules are found on disk and read with ``ast``.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import functools
+import importlib.util
+import math
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .. import dtypes as dt
+from ..errors import ConfigError, Problem
+from .tomlpos import PositionIndex, Span
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+CONFIG_NAME = "gpuemu.toml"
+#: The largest seed: seeds reach editors as JSON numbers, exact in JavaScript and Lua only up to 2**53 - 1.
+MAX_SEED = 2**53 - 1
+FRAMEWORKS = ("numpy", "pytorch", "jax", "tensorflow")
+EXECUTION_MODES = ("in_process", "script_based", "client_side", "daemon_orchestrated")
+LAYOUTS = ("contiguous", "transposed", "strided")
+DISTRIBUTIONS = (
+    "normal",
+    "uniform",
+    "boundary",
+    "large",
+    "constant_rows",
+    "masked_rows",
+    "partial_inf",
+    "special",
+)
+INVARIANTS = ("shape_preserved", "non_negative", "finite", "symmetric", "normalized")
+
+#: What an op gets when ``[ops.inputs]`` is absent (seed-docs ops named inputs but gave no shapes).
+DEFAULT_INPUT_SHAPE = ("B", "N")
+DEFAULT_DIMS = {"B": (1, 64, 8), "N": (1, 4096, 1024)}
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """A tolerance as written: either field may be absent and then comes from the next level."""
+
+    atol: float | None
+    rtol: float | None
+
+
+def resolve_tolerance(op: OpConfig, validation: ValidationConfig, dtype: str) -> tuple[float, float]:
+    """(atol, rtol) for an output dtype, field by field: op > project > built-in (exact for non-floats)."""
+    atol = rtol = None
+    for level in (op.tolerances.get(dtype), validation.tolerances.get(dtype)):
+        if level is not None:
+            atol = level.atol if atol is None else atol
+            rtol = level.rtol if rtol is None else rtol
+    base = dt.DEFAULT_TOLERANCES.get(dtype, (0.0, 0.0))
+    return (base[0] if atol is None else atol), (base[1] if rtol is None else rtol)
+
+
+@dataclass(frozen=True)
+class DimSpec:
+    """A symbolic dimension: an integer range with a default, or a list of candidates (first = default)."""
+
+    name: str
+    min: int
+    max: int
+    default: int
+    candidates: tuple[int, ...] | None = None
+
+    def contains(self, value: int) -> bool:
+        if self.candidates is not None:
+            return value in self.candidates
+        return self.min <= value <= self.max
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    name: str
+    shape: tuple[str | int, ...]
+    dtype: str | None = None  # fixed dtype; None: the case's fuzzed dtype
+    range: tuple[float | str, float | str] | None = None  # half-open [lo, hi); bounds may name dims
+    distributions: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class OpConfig:
+    name: str
+    index: int
+    module: str | None
+    reference: str | None
+    op_script: str | None
+    execution_mode: str
+    input_names: tuple[str, ...]
+    inputs: tuple[InputSpec, ...]
+    dims: dict[str, DimSpec]
+    kwargs: dict[str, Any]
+    invariants: tuple[str, ...]
+    tolerances: dict[str, Tolerance]
+    dtypes: tuple[str, ...]
+    layouts: tuple[str, ...]
+    distributions: tuple[str, ...]
+    framework: str
+    output_dtype: str | None = None
+    timeout: float | None = None
+    iterations: int | None = None
+    seeds: tuple[int, ...] = ()
+
+    @property
+    def reference_is_script(self) -> bool:
+        return self.reference is not None and not is_callable_ref(self.reference)
+
+    @property
+    def runnable(self) -> bool:
+        """Whether the CLI can run the op under test (client-side ops without a module run elsewhere)."""
+        return self.module is not None or self.op_script is not None
+
+    def float_inputs(self) -> tuple[InputSpec, ...]:
+        return tuple(i for i in self.inputs if i.dtype is None or dt.is_float(i.dtype))
+
+
+@dataclass(frozen=True)
+class ArtifactChecksConfig:
+    max_registers: int | None = None
+    max_spills: int | None = None
+    max_local_memory_bytes: int | None = None
+    max_shared_memory_bytes: int | None = None
+    forbidden_instructions: tuple[str, ...] | None = None
+    required_instructions: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class KernelConfig:
+    name: str
+    index: int
+    source: str
+    reference: str | None
+    function: str | None
+    arch: str | None
+    flags: tuple[str, ...]
+    include_dirs: tuple[str, ...]
+    defines: tuple[str, ...]
+    artifact_checks: ArtifactChecksConfig
+
+
+@dataclass(frozen=True)
+class ValidationConfig:
+    dtypes: tuple[str, ...] = ("float32",)
+    check_nan: bool = True
+    check_inf: bool = True
+    seed: int = 0
+    tolerances: dict[str, Tolerance] = field(default_factory=dict)
+    iterations: int = 50
+    timeout: float = 30.0
+    distributions: tuple[str, ...] = DISTRIBUTIONS
+    max_failure_snapshots: int = 200
+    memory_limit_mb: int | None = None
+
+
+@dataclass(frozen=True)
+class CIConfig:
+    quick_dtypes: tuple[str, ...] = ("float32",)
+    quick_iterations: int = 16
+    thorough_timeout: float | None = None
+    parallel_jobs: int | None = None
+    fuzz_iterations: int = 100
+    regression_threshold: float = 0.1
+
+
+@dataclass(frozen=True)
+class PoliciesConfig:
+    fail_on_regression: bool = False
+    warn_threshold: float = 0.8
+
+
+@dataclass(frozen=True)
+class CudaConfig:
+    nvcc: str | None = None
+    arch: str = "sm_90"
+    flags: tuple[str, ...] = ()
+    include_dirs: tuple[str, ...] = ()
+    defines: tuple[str, ...] = ()
+    artifact_checks: ArtifactChecksConfig = ArtifactChecksConfig()
+
+
+@dataclass(frozen=True)
+class Config:
+    """A checked workspace configuration. Paths in ops and kernels are relative to ``root``."""
+
+    root: Path
+    path: Path
+    project_name: str
+    framework: str
+    validation: ValidationConfig
+    ci: CIConfig
+    policies: PoliciesConfig
+    cuda: CudaConfig
+    ops: tuple[OpConfig, ...]
+    kernels: tuple[KernelConfig, ...]
+    allow_external_paths: bool = False
+    positions: PositionIndex | None = None
+    warnings: tuple[Problem, ...] = ()
+
+    def op(self, name: str) -> OpConfig:
+        for op in self.ops:
+            if op.name == name:
+                return op
+        close = difflib.get_close_matches(name, [o.name for o in self.ops], n=1)
+        hint = f"did you mean {close[0]!r}?" if close else f"ops: {', '.join(o.name for o in self.ops)}"
+        raise KeyError(f"no op named {name!r} in {self.path} ({hint})")
+
+    def kernel(self, name: str) -> KernelConfig:
+        for k in self.kernels:
+            if k.name == name:
+                return k
+        raise KeyError(f"no kernel named {name!r} in {self.path}")
+
+    def resolve(self, rel: str) -> Path:
+        return (self.root / rel).resolve()
+
+    def op_span(self, op: OpConfig) -> Span | None:
+        return self.positions.key(("ops", op.index)) if self.positions else None
+
+    def kernel_span(self, kernel: KernelConfig) -> Span | None:
+        return self.positions.key(("kernels", kernel.index)) if self.positions else None
+
+
+def is_callable_ref(ref: str) -> bool:
+    """``module:function`` (a callable), as opposed to a script path such as ``refs/softmax.py``."""
+    if ":" not in ref:
+        return False
+    mod = ref.split(":", 1)[0]
+    return not mod.endswith(".py") and "/" not in mod and "\\" not in mod
+
+
+def user_config_path() -> Path:
+    env = os.environ.get("GPUEMU_USER_CONFIG")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "gpuemu" / "config.toml"
+
+
+def find_workspace(start: Path) -> Path | None:
+    """The nearest folder at or above ``start`` that holds a ``gpuemu.toml``."""
+    start = start.resolve()
+    for folder in (start, *start.parents):
+        if (folder / CONFIG_NAME).is_file():
+            return folder
+    return None
+
+
+def load_config(root: Path, *, text: str | None = None, user_config: Path | None = None) -> Config:
+    """Load ``root/gpuemu.toml`` (or ``text``, the unsaved editor buffer of it) over the user defaults.
+
+    Raises :class:`ConfigError` with every problem found.
+    """
+    root = root.resolve()
+    path = root / CONFIG_NAME
+    if text is None:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise ConfigError(
+                [Problem(f"no {CONFIG_NAME} in {root}", path, hint="run `gpuemu init` to create one")]
+            ) from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError([Problem(f"cannot read {CONFIG_NAME}: {exc}", path)]) from None
+    user_path = user_config if user_config is not None else user_config_path()
+    user_raw: dict[str, Any] = {}
+    if user_path.is_file():
+        user_raw = _parse_checked(user_path, user_path.read_text(encoding="utf-8"), user=True)[0]
+    raw, checker = _parse_checked(path, text, user=False)
+    merged = _deep_merge(user_raw, raw)
+    return checker.build(root, path, merged)
+
+
+def _deepest_line(text: str) -> int:
+    """The line where bracket nesting first gets deep (where the RecursionError started)."""
+    depth = 0
+    for number, line in enumerate(text.splitlines(), 1):
+        for ch in line:
+            depth += ch in "[{"
+            depth -= ch in "]}"
+            if depth > 100:
+                return number
+    return 1
+
+
+def _parse_checked(path: Path, text: str, *, user: bool) -> tuple[dict[str, Any], _Checker]:
+    try:
+        raw = tomllib.loads(text)
+    except RecursionError:  # tomllib recurses per nesting level: "a = [[[[...]]]]" thousands deep
+        raise ConfigError(
+            [
+                Problem(
+                    "TOML nesting too deep to read (arrays or inline tables inside each other)",
+                    path,
+                    _deepest_line(text),
+                    1,
+                )
+            ]
+        ) from None
+    except tomllib.TOMLDecodeError as exc:
+        line, col = _decode_error_position(exc)
+        raise ConfigError(
+            [
+                Problem(
+                    f"TOML syntax error: {_strip_position(str(exc))}",
+                    path,
+                    line,
+                    col,
+                    hint="see https://toml.io for the syntax",
+                )
+            ]
+        ) from None
+    checker = _Checker(path, PositionIndex(text), user=user)
+    checker.check_document(raw)
+    if checker.problems:
+        raise ConfigError(sorted(checker.problems, key=lambda p: (p.line or 0, p.column or 0)))
+    return raw, checker
+
+
+def _decode_error_position(exc: Exception) -> tuple[int | None, int | None]:
+    line = getattr(exc, "lineno", None)
+    col = getattr(exc, "colno", None)
+    if line is None:
+        import re
+
+        m = re.search(r"line (\d+), column (\d+)", str(exc))
+        if m:
+            line, col = int(m.group(1)), int(m.group(2))
+    return line, col
+
+
+def _strip_position(msg: str) -> str:
+    import re
+
+    return re.sub(r"\s*\(at line \d+, column \d+\)", "", msg)
+
+
+def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _deep_merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Schema: the keys each table accepts. A value is a checker method name and its argument.
+
+_TOL_KEYS = {"atol", "rtol"}
+_TOP_KEYS = {"project", "validation", "ops", "kernels", "policies", "ci", "cuda"}
+_USER_KEYS = {"project", "validation", "policies", "ci", "cuda"}
+_PROJECT_KEYS = {"name", "framework", "description", "allow_external_paths"}
+_VALIDATION_KEYS = {
+    "dtypes",
+    "check_nan",
+    "check_inf",
+    "seed",
+    "tolerances",
+    "iterations",
+    "timeout",
+    "distributions",
+    "max_failure_snapshots",
+    "memory_limit_mb",
+}
+_OP_KEYS = {
+    "name",
+    "module",
+    "reference",
+    "op_script",
+    "execution_mode",
+    "input_names",
+    "invariants",
+    "tolerances",
+    "dtypes",
+    "layouts",
+    "framework",
+    "inputs",
+    "dims",
+    "kwargs",
+    "distributions",
+    "output_dtype",
+    "timeout",
+    "iterations",
+    "seeds",
+    "description",
+}
+_INPUT_KEYS = {"shape", "dtype", "range", "distributions"}
+_DIM_KEYS = {"min", "max", "default"}
+_KERNEL_KEYS = {
+    "name",
+    "source",
+    "reference",
+    "function",
+    "arch",
+    "flags",
+    "include_dirs",
+    "defines",
+    "artifact_checks",
+    "description",
+}
+_CHECK_KEYS = {
+    "max_registers",
+    "max_spills",
+    "max_local_memory_bytes",
+    "max_shared_memory_bytes",
+    "forbidden_instructions",
+    "required_instructions",
+}
+_POLICY_KEYS = {"fail_on_regression", "warn_threshold"}
+_CI_KEYS = {
+    "quick_dtypes",
+    "thorough_timeout",
+    "parallel_jobs",
+    "fuzz_iterations",
+    "regression_threshold",
+    "quick",
+}
+_CI_QUICK_KEYS = {"iterations", "dtypes"}
+_CUDA_KEYS = {"nvcc", "arch", "flags", "include_dirs", "defines", "artifact_checks"}
+
+
+class _Checker:
+    """Walks the parsed document, collecting :class:`Problem` s with positions, then builds a Config."""
+
+    def __init__(self, path: Path, index: PositionIndex, *, user: bool) -> None:
+        self.path = path
+        self.index = index
+        self.user = user
+        self.problems: list[Problem] = []
+        self.warnings: list[Problem] = []
+
+    # --- reporting -------------------------------------------------------------------------
+    def problem(
+        self,
+        path: tuple[str | int, ...],
+        message: str,
+        hint: str | None = None,
+        *,
+        on_key: bool = False,
+        warning: bool = False,
+    ) -> None:
+        span = self.index.key(path) if on_key else self.index.value(path)
+        p = Problem(
+            message,
+            self.path,
+            span.line if span else None,
+            span.column if span else None,
+            hint,
+            span.end_line if span else None,
+            span.end_column if span else None,
+        )
+        (self.warnings if warning else self.problems).append(p)
+
+    @staticmethod
+    def dotted(path: tuple[str | int, ...]) -> str:
+        out = ""
+        for p in path:
+            out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else p)
+        return out
+
+    # --- generic checks --------------------------------------------------------------------
+    def keys(self, path: tuple[str | int, ...], table: dict[str, Any], allowed: set[str]) -> None:
+        for key in table:
+            if key not in allowed:
+                close = difflib.get_close_matches(key, sorted(allowed), n=1)
+                hint = f"did you mean {close[0]!r}?" if close else f"known keys: {', '.join(sorted(allowed))}"
+                where = self.dotted(path) or "the top level"
+                self.problem((*path, key), f"unknown key {key!r} in {where}", hint, on_key=True)
+
+    def table(self, path: tuple[str | int, ...], value: Any) -> dict[str, Any] | None:
+        if not isinstance(value, dict):
+            self.problem(path, f"{self.dotted(path)} must be a table, not {_tname(value)}")
+            return None
+        return value
+
+    def typed(self, path: tuple[str | int, ...], value: Any, kind: str) -> bool:
+        ok = {
+            "str": isinstance(value, str),
+            "bool": isinstance(value, bool),
+            "int": isinstance(value, int) and not isinstance(value, bool),
+            "number": isinstance(value, (int, float)) and not isinstance(value, bool),
+            "list": isinstance(value, list),
+        }[kind]
+        if not ok:
+            words = {
+                "str": "a string",
+                "bool": "true or false",
+                "int": "an integer",
+                "number": "a number",
+                "list": "an array",
+            }
+            self.problem(path, f"{self.dotted(path)} must be {words[kind]}, not {_tname(value)}")
+        elif kind == "number" and isinstance(value, float) and not math.isfinite(value):
+            # nan would switch a timeout off and an inf tolerance makes a check that cannot fail
+            self.problem(path, f"{self.dotted(path)} must be a finite number, got {value}")
+            return False
+        return ok
+
+    def seed(self, path: tuple[str | int, ...], value: Any) -> None:
+        if self.typed(path, value, "int") and not 0 <= value <= MAX_SEED:
+            self.problem(
+                path,
+                f"{self.dotted(path)} must be in 0..{MAX_SEED}, got {value}",
+                "seeds travel as JSON numbers to editors, which hold integers exactly up to 2**53 - 1",
+            )
+
+    def str_list(
+        self,
+        path: tuple[str | int, ...],
+        value: Any,
+        choices: tuple[str, ...] | None = None,
+        what: str = "value",
+        allow_empty: bool = False,
+    ) -> None:
+        if not self.typed(path, value, "list"):
+            return
+        if not value and not allow_empty:
+            self.problem(path, f"{self.dotted(path)} must not be empty")
+        seen: set[str] = set()
+        for i, item in enumerate(value):
+            if not self.typed((*path, i), item, "str"):
+                continue
+            if choices is not None and item not in choices:
+                close = difflib.get_close_matches(item, choices, n=1)
+                hint = f"did you mean {close[0]!r}?" if close else f"valid: {', '.join(choices)}"
+                self.problem((*path, i), f"unknown {what} {item!r}", hint)
+            if item in seen:
+                self.problem((*path, i), f"{what} {item!r} is listed twice")
+            seen.add(item)
+
+    def nonneg(self, path: tuple[str | int, ...], value: Any, kind: str = "number", positive: bool = False) -> None:
+        if self.typed(path, value, kind) and (value <= 0 if positive else value < 0):
+            self.problem(path, f"{self.dotted(path)} must be {'> 0' if positive else '>= 0'}, got {value}")
+
+    def tolerances(self, path: tuple[str | int, ...], value: Any) -> None:
+        tbl = self.table(path, value)
+        if tbl is None:
+            return
+        for name, tol in tbl.items():
+            if name not in dt.FLOAT_NAMES:
+                close = difflib.get_close_matches(name, dt.FLOAT_NAMES, n=1)
+                self.problem(
+                    (*path, name),
+                    f"tolerances are per float dtype; {name!r} is not one",
+                    f"did you mean {close[0]!r}?" if close else f"valid: {', '.join(dt.FLOAT_NAMES)}",
+                    on_key=True,
+                )
+                continue
+            t = self.table((*path, name), tol)
+            if t is None:
+                continue
+            self.keys((*path, name), t, _TOL_KEYS)
+            if not t:
+                self.problem((*path, name), "a tolerance needs atol and/or rtol", "e.g. { atol = 1e-4, rtol = 1e-5 }")
+            for k in ("atol", "rtol"):
+                if k in t:
+                    self.nonneg((*path, name, k), t[k])
+
+    # --- the document ----------------------------------------------------------------------
+    def check_document(self, raw: dict[str, Any]) -> None:
+        self.keys((), raw, _USER_KEYS if self.user else _TOP_KEYS)
+        handlers: dict[str, Callable[[tuple[str | int, ...], Any], None]] = {
+            "project": self.check_project,
+            "validation": self.check_validation,
+            "policies": self.check_policies,
+            "ci": self.check_ci,
+            "cuda": self.check_cuda,
+        }
+        for key, handler in handlers.items():
+            if key in raw:
+                handler((key,), raw[key])
+        if self.user:
+            return
+        if "ops" in raw:
+            self.check_ops(raw["ops"], raw)
+        if "kernels" in raw:
+            self.check_kernels(raw["kernels"])
+        if not raw.get("ops") and not raw.get("kernels"):
+            self.warnings.append(
+                Problem(
+                    "no [[ops]] or [[kernels]]: nothing to validate",
+                    self.path,
+                    1,
+                    1,
+                    "add an [[ops]] entry; `gpuemu init` writes a working example",
+                )
+            )
+
+    def check_project(self, path: tuple[str | int, ...], value: Any) -> None:
+        tbl = self.table(path, value)
+        if tbl is None:
+            return
+        self.keys(path, tbl, _PROJECT_KEYS)
+        for k in ("name", "description"):
+            if k in tbl:
+                self.typed((*path, k), tbl[k], "str")
+        if "framework" in tbl:
+            self.choice((*path, "framework"), tbl["framework"], FRAMEWORKS, "framework")
+        if "allow_external_paths" in tbl:
+            self.typed((*path, "allow_external_paths"), tbl["allow_external_paths"], "bool")
+
+    def choice(self, path: tuple[str | int, ...], value: Any, choices: tuple[str, ...], what: str) -> None:
+        if self.typed(path, value, "str") and value not in choices:
+            close = difflib.get_close_matches(value, choices, n=1)
+            self.problem(
+                path,
+                f"unknown {what} {value!r}",
+                f"did you mean {close[0]!r}?" if close else f"valid: {', '.join(choices)}",
+            )
+
+    def check_validation(self, path: tuple[str | int, ...], value: Any) -> None:
+        tbl = self.table(path, value)
+        if tbl is None:
+            return
+        self.keys(path, tbl, _VALIDATION_KEYS)
+        if "dtypes" in tbl:
+            self.str_list((*path, "dtypes"), tbl["dtypes"], dt.FLOAT_NAMES, "dtype")
+        for k in ("check_nan", "check_inf"):
+            if k in tbl:
+                self.typed((*path, k), tbl[k], "bool")
+        if "seed" in tbl:
+            self.seed((*path, "seed"), tbl["seed"])
+        if "tolerances" in tbl:
+            self.tolerances((*path, "tolerances"), tbl["tolerances"])
+        if "iterations" in tbl:
+            self.nonneg((*path, "iterations"), tbl["iterations"], "int", positive=True)
+        if "timeout" in tbl:
+            self.nonneg((*path, "timeout"), tbl["timeout"], positive=True)
+        if "distributions" in tbl:
+            self.str_list((*path, "distributions"), tbl["distributions"], DISTRIBUTIONS, "distribution")
+        for k in ("max_failure_snapshots", "memory_limit_mb"):
+            if k in tbl:
+                self.nonneg((*path, k), tbl[k], "int", positive=k == "memory_limit_mb")
+
+    def check_policies(self, path: tuple[str | int, ...], value: Any) -> None:
+        tbl = self.table(path, value)
+        if tbl is None:
+            return
+        self.keys(path, tbl, _POLICY_KEYS)
+        if "fail_on_regression" in tbl:
+            self.typed((*path, "fail_on_regression"), tbl["fail_on_regression"], "bool")
+        if "warn_threshold" in tbl:
+            v = tbl["warn_threshold"]
+            if self.typed((*path, "warn_threshold"), v, "number") and not 0 < v <= 1:
+                self.problem((*path, "warn_threshold"), f"warn_threshold is a fraction in (0, 1], got {v}")
+
+    def check_ci(self, path: tuple[str | int, ...], value: Any) -> None:
+        tbl = self.table(path, value)
+        if tbl is None:
+            return
+        self.keys(path, tbl, _CI_KEYS)
+        if "quick_dtypes" in tbl:
+            self.str_list((*path, "quick_dtypes"), tbl["quick_dtypes"], dt.FLOAT_NAMES, "dtype")
+        if "thorough_timeout" in tbl:
+            self.nonneg((*path, "thorough_timeout"), tbl["thorough_timeout"], positive=True)
+        for k in ("parallel_jobs", "fuzz_iterations"):
+            if k in tbl:
+                self.nonneg((*path, k), tbl[k], "int", positive=True)
+        if "regression_threshold" in tbl:
+            self.nonneg((*path, "regression_threshold"), tbl["regression_threshold"])
+        if "quick" in tbl:
+            q = self.table((*path, "quick"), tbl["quick"])
+            if q is not None:
+                self.keys((*path, "quick"), q, _CI_QUICK_KEYS)
+                if "iterations" in q:
+                    self.nonneg((*path, "quick", "iterations"), q["iterations"], "int", positive=True)
+                if "dtypes" in q:
+                    self.str_list((*path, "quick", "dtypes"), q["dtypes"], dt.FLOAT_NAMES, "dtype")
+
+    def check_cuda(self, path: tuple[str | int, ...], value: Any) -> None:
+        tbl = self.table(path, value)
+        if tbl is None:
+            return
+        self.keys(path, tbl, _CUDA_KEYS)
+        for k in ("nvcc", "arch"):
+            if k in tbl:
+                self.typed((*path, k), tbl[k], "str")
+        self.compiler_args(path, tbl)
+        if "artifact_checks" in tbl:
+            self.artifact_checks((*path, "artifact_checks"), tbl["artifact_checks"])
+
+    def compiler_args(self, path: tuple[str | int, ...], tbl: dict[str, Any]) -> None:
+        """flags, include_dirs, defines: strings; flags and defines free of shell characters (nvcc's
+        driver runs through /bin/sh, so ``defines = ["X=$(cmd)"]`` would run cmd)."""
+        from ..cuda.compile import SHELL_SAFE_TEXT, shell_safe
+
+        for key in ("flags", "include_dirs", "defines"):
+            if key not in tbl:
+                continue
+            self.str_list((*path, key), tbl[key], what=key[:-1], allow_empty=True)
+            if key == "include_dirs" or not isinstance(tbl[key], list):
+                continue
+            for i, item in enumerate(tbl[key]):
+                if isinstance(item, str) and not shell_safe(item):
+                    self.problem(
+                        (*path, key, i),
+                        f"{key[:-1]} {item!r} holds characters a shell would interpret",
+                        f"nvcc runs its phases through /bin/sh; use only {SHELL_SAFE_TEXT}",
+                    )
+
+    def artifact_checks(self, path: tuple[str | int, ...], value: Any) -> None:
+        tbl = self.table(path, value)
+        if tbl is None:
+            return
+        self.keys(path, tbl, _CHECK_KEYS)
+        for k in ("max_registers", "max_spills", "max_local_memory_bytes", "max_shared_memory_bytes"):
+            if k in tbl:
+                self.nonneg((*path, k), tbl[k], "int")
+        for k in ("forbidden_instructions", "required_instructions"):
+            if k in tbl:
+                self.str_list((*path, k), tbl[k], what="instruction pattern", allow_empty=True)
+
+    # --- ops ---------------------------------------------------------------------------------
+    def check_ops(self, value: Any, raw: dict[str, Any]) -> None:
+        if not isinstance(value, list):
+            self.problem(("ops",), "ops must be an array of tables: write each op as [[ops]]")
+            return
+        names: dict[str, int] = {}
+        for i, op in enumerate(value):
+            path: tuple[str | int, ...] = ("ops", i)
+            tbl = self.table(path, op)
+            if tbl is None:
+                continue
+            self.keys(path, tbl, _OP_KEYS)
+            name = tbl.get("name")
+            if "name" not in tbl:
+                self.problem(path, "[[ops]] entry has no name", 'add name = "my_op"', on_key=True)
+            elif self.typed((*path, "name"), name, "str"):
+                if not name:
+                    self.problem((*path, "name"), "op name must not be empty")
+                if name in names:
+                    first = self.index.value(("ops", names[name], "name"))
+                    self.problem(
+                        (*path, "name"),
+                        f"duplicate op name {name!r}",
+                        f"first defined at line {first.line}" if first else None,
+                    )
+                else:
+                    names[name] = i
+            self.check_op(path, tbl, raw)
+
+    def check_op(self, path: tuple[str | int, ...], op: dict[str, Any], raw: dict[str, Any]) -> None:
+        for k in ("module", "reference", "op_script", "output_dtype", "description"):
+            if k in op:
+                self.typed((*path, k), op[k], "str")
+        mode = op.get("execution_mode")
+        if mode is not None:
+            self.choice((*path, "execution_mode"), mode, EXECUTION_MODES, "execution_mode")
+        if isinstance(op.get("module"), str):
+            self.callable_ref((*path, "module"), op["module"], "module")
+        if isinstance(op.get("op_script"), str):
+            self.script_ref((*path, "op_script"), op["op_script"])
+        ref = op.get("reference")
+        if "reference" not in op:
+            self.problem(
+                path,
+                f"op {op.get('name', '?')!r} has no reference",
+                'add reference = "refs/my_ref.py" (a script) or "module:function" (float64, in process)',
+                on_key=True,
+            )
+        elif isinstance(ref, str):
+            if is_callable_ref(ref):
+                self.callable_ref((*path, "reference"), ref, "reference")
+            else:
+                self.script_ref((*path, "reference"), ref)
+        if mode == "script_based" and "op_script" not in op:
+            self.problem(
+                (*path, "execution_mode"),
+                "execution_mode = 'script_based' needs op_script",
+                'add op_script = "ops/my_op.py" (reads the inputs as JSON on stdin)',
+            )
+        if mode == "in_process" and "module" not in op:
+            self.problem(
+                (*path, "execution_mode"), "execution_mode = 'in_process' needs module", 'add module = "file:function"'
+            )
+        if mode in (None, "in_process", "script_based") and "module" not in op and "op_script" not in op:
+            self.problem(
+                path,
+                f"op {op.get('name', '?')!r} has nothing to run: neither module nor op_script",
+                'add module = "file:function" or op_script = "ops/my_op.py"',
+                on_key=True,
+            )
+        if "module" in op and "op_script" in op and mode is None:
+            self.problem(
+                (*path, "op_script"),
+                "both module and op_script are set; which one is the op?",
+                "set execution_mode = 'script_based' or 'in_process'",
+            )
+        if "framework" in op:
+            self.choice((*path, "framework"), op["framework"], FRAMEWORKS, "framework")
+        if "dtypes" in op:
+            self.str_list((*path, "dtypes"), op["dtypes"], dt.FLOAT_NAMES, "dtype")
+        if "layouts" in op:
+            self.str_list((*path, "layouts"), op["layouts"], LAYOUTS, "layout")
+        if "distributions" in op:
+            self.str_list((*path, "distributions"), op["distributions"], DISTRIBUTIONS, "distribution")
+        if "invariants" in op:
+            self.str_list((*path, "invariants"), op["invariants"], INVARIANTS, "invariant", allow_empty=True)
+        if "input_names" in op:
+            self.str_list((*path, "input_names"), op["input_names"], what="input name")
+        if "tolerances" in op:
+            self.tolerances((*path, "tolerances"), op["tolerances"])
+        if isinstance(op.get("output_dtype"), str) and op["output_dtype"] not in dt.ALL_NAMES:
+            self.problem(
+                (*path, "output_dtype"), f"unknown dtype {op['output_dtype']!r}", f"valid: {', '.join(dt.ALL_NAMES)}"
+            )
+        if "timeout" in op:
+            self.nonneg((*path, "timeout"), op["timeout"], positive=True)
+        if "iterations" in op:
+            self.nonneg((*path, "iterations"), op["iterations"], "int", positive=True)
+        if "seeds" in op and self.typed((*path, "seeds"), op["seeds"], "list"):
+            for j, s in enumerate(op["seeds"]):
+                self.seed((*path, "seeds", j), s)
+        if "kwargs" in op:
+            self.table((*path, "kwargs"), op["kwargs"])
+        dims = self.check_dims((*path, "dims"), op.get("dims", {}))
+        self.check_inputs(path, op, dims)
+
+    def check_dims(self, path: tuple[str | int, ...], value: Any) -> dict[str, Any]:
+        tbl = self.table(path, value)
+        if tbl is None:
+            return {}
+        for name, spec in tbl.items():
+            p = (*path, name)
+            if isinstance(spec, bool) or not isinstance(spec, (int, list, dict)):
+                self.problem(
+                    p,
+                    f"dim {name} must be an integer, a list of candidates or {{min, max, default}}",
+                    f"e.g. {name} = {{ min = 1, max = 4096, default = 1024 }}",
+                )
+            elif isinstance(spec, int):
+                self.nonneg(p, spec, "int")
+            elif isinstance(spec, list):
+                if not spec:
+                    self.problem(p, f"dim {name} has no candidates")
+                for j, c in enumerate(spec):
+                    self.nonneg((*p, j), c, "int")
+            else:
+                self.keys(p, spec, _DIM_KEYS)
+                for k in ("min", "max"):
+                    if k not in spec:
+                        self.problem(p, f"dim {name} needs {k}", f"e.g. {name} = {{ min = 1, max = 4096 }}")
+                for k in ("min", "max", "default"):
+                    if k in spec:
+                        self.nonneg((*p, k), spec[k], "int")
+                lo, hi, de = spec.get("min"), spec.get("max"), spec.get("default")
+                if _ints(lo, hi) and lo > hi:
+                    self.problem((*p, "max"), f"dim {name}: max ({hi}) < min ({lo})")
+                if _ints(lo, hi, de) and not lo <= de <= hi:
+                    self.problem((*p, "default"), f"dim {name}: default {de} is outside [{lo}, {hi}]")
+        return tbl
+
+    def check_inputs(self, path: tuple[str | int, ...], op: dict[str, Any], dims: dict[str, Any]) -> None:
+        inputs = op.get("inputs")
+        used: set[str] = set()
+        if inputs is None:
+            for d in DEFAULT_INPUT_SHAPE:
+                used.add(d)
+            missing = [d for d in DEFAULT_INPUT_SHAPE if d not in dims]
+            if missing and dims:
+                self.problem(
+                    (*path, "dims"),
+                    f"without [ops.inputs], inputs have shape {list(DEFAULT_INPUT_SHAPE)}; "
+                    f"dims {', '.join(missing)} are then built in",
+                    warning=True,
+                )
+        else:
+            tbl = self.table((*path, "inputs"), inputs)
+            if tbl is None:
+                return
+            if not tbl:
+                self.problem((*path, "inputs"), "an op needs at least one input")
+            for name, spec in tbl.items():
+                p = (*path, "inputs", name)
+                s = self.table(p, spec)
+                if s is None:
+                    continue
+                self.keys(p, s, _INPUT_KEYS)
+                if "shape" not in s:
+                    self.problem(p, f"input {name} has no shape", 'e.g. shape = ["B", "N"]', on_key=True)
+                elif self.typed((*p, "shape"), s["shape"], "list"):
+                    for j, d in enumerate(s["shape"]):
+                        if isinstance(d, str):
+                            used.add(d)
+                            if d not in dims:
+                                self.problem(
+                                    (*p, "shape", j),
+                                    f"dim {d!r} is used but not declared in [ops.dims]",
+                                    f"add {d} = {{ min = 1, max = 1024, default = 64 }} under [ops.dims]",
+                                )
+                        elif isinstance(d, bool) or not isinstance(d, int) or d < 0:
+                            self.problem((*p, "shape", j), "a shape entry is a dim name or an integer >= 0")
+                if "dtype" in s and self.typed((*p, "dtype"), s["dtype"], "str") and s["dtype"] not in dt.ALL_NAMES:
+                    close = difflib.get_close_matches(s["dtype"], dt.ALL_NAMES, n=1)
+                    self.problem(
+                        (*p, "dtype"),
+                        f"unknown dtype {s['dtype']!r}",
+                        f"did you mean {close[0]!r}?" if close else f"valid: {', '.join(dt.ALL_NAMES)}",
+                    )
+                if "distributions" in s:
+                    self.str_list((*p, "distributions"), s["distributions"], DISTRIBUTIONS, "distribution")
+                if "range" in s:
+                    r = s["range"]
+                    if not isinstance(r, list) or len(r) != 2:
+                        self.problem((*p, "range"), "range is [low, high) with two bounds", 'e.g. range = [0, "C"]')
+                    else:
+                        for j, b in enumerate(r):
+                            if isinstance(b, str):
+                                used.add(b)
+                                if b not in dims:
+                                    self.problem((*p, "range", j), f"dim {b!r} is used but not declared in [ops.dims]")
+                            elif isinstance(b, bool) or not isinstance(b, (int, float)):
+                                self.problem((*p, "range", j), "a range bound is a number or a dim name")
+                        if all(isinstance(b, (int, float)) and not isinstance(b, bool) for b in r) and r[0] >= r[1]:
+                            self.problem((*p, "range"), f"empty range [{r[0]}, {r[1]})")
+            names = op.get("input_names")
+            if isinstance(names, list) and all(isinstance(n, str) for n in names) and set(names) != set(tbl):
+                self.problem(
+                    (*path, "input_names"),
+                    f"input_names {names} do not match the [ops.inputs] tables {list(tbl)}",
+                    "name the same inputs in both, or drop input_names (order = table order)",
+                )
+        for name in dims:
+            if name not in used:
+                self.problem(
+                    (*path, "dims", name),
+                    f"dim {name!r} is declared but no input uses it",
+                    "use it in a shape or range, or remove it",
+                    on_key=True,
+                    warning=True,
+                )
+
+    def callable_ref(self, path: tuple[str | int, ...], ref: str, what: str) -> None:
+        if ":" not in ref:
+            self.problem(path, f"{what} {ref!r} must be 'module:function'", f'e.g. "{ref}:my_function"')
+            return
+        mod, func = ref.split(":", 1)
+        if not mod or not func or not all(p.isidentifier() for p in mod.split(".")) or not func.isidentifier():
+            self.problem(path, f"{what} {ref!r} is not 'module:function'", 'e.g. "softmax:softmax_kernel"')
+            return
+        root = self.path.parent
+        file = module_file(root, mod)
+        if file is None:
+            top = mod.split(".")[0]
+            if "." not in mod and importlib.util.find_spec(top) is not None:
+                return  # an installed module: its function is checked when it is imported
+            self.problem(
+                path,
+                f"module {mod!r} not found in the workspace ({root})",
+                f"expected {mod.replace('.', '/')}.py next to {CONFIG_NAME}",
+            )
+            return
+        found = top_level_names(file)
+        if found is None:
+            where = _syntax_error_at(file)
+            self.problem(
+                path,
+                f"cannot parse {file.name} to find {func!r}: syntax error at {where}",
+                f"fix the Python syntax error at {where} first",
+            )
+        elif func not in found and "*" not in found and "__getattr__" not in found:
+            close = difflib.get_close_matches(func, sorted(found), n=1)
+            self.problem(
+                path,
+                f"{file.name} defines no {func!r}",
+                f"did you mean {close[0]!r}?" if close else f"define def {func}(...) in {file.name}",
+            )
+
+    def script_ref(self, path: tuple[str | int, ...], rel: str) -> None:
+        target = (self.path.parent / rel).resolve()
+        if not target.is_file():
+            self.problem(path, f"script {rel!r} not found", f"looked for {target}")
+        elif target.suffix != ".py":
+            self.problem(path, f"script {rel!r} is not a .py file", "scripts run with the Python interpreter")
+
+    # --- kernels -----------------------------------------------------------------------------
+    def check_kernels(self, value: Any) -> None:
+        if not isinstance(value, list):
+            self.problem(("kernels",), "kernels must be an array of tables: write each kernel as [[kernels]]")
+            return
+        names: dict[str, int] = {}
+        for i, k in enumerate(value):
+            path: tuple[str | int, ...] = ("kernels", i)
+            tbl = self.table(path, k)
+            if tbl is None:
+                continue
+            self.keys(path, tbl, _KERNEL_KEYS)
+            name = tbl.get("name")
+            if "name" not in tbl:
+                self.problem(path, "[[kernels]] entry has no name", 'add name = "my_kernel"', on_key=True)
+            elif self.typed((*path, "name"), name, "str"):
+                if name in names:
+                    self.problem((*path, "name"), f"duplicate kernel name {name!r}")
+                names[name] = i
+            if "source" not in tbl:
+                self.problem(path, f"kernel {name!r} has no source", 'add source = "kernels/my_kernel.cu"', on_key=True)
+            elif self.typed((*path, "source"), tbl["source"], "str"):
+                src = (self.path.parent / tbl["source"]).resolve()
+                if not src.is_file():
+                    self.problem((*path, "source"), f"kernel source {tbl['source']!r} not found", f"looked for {src}")
+            for key in ("reference", "function", "arch"):
+                if key in tbl:
+                    self.typed((*path, key), tbl[key], "str")
+            self.compiler_args(path, tbl)
+            if "artifact_checks" in tbl:
+                self.artifact_checks((*path, "artifact_checks"), tbl["artifact_checks"])
+
+    # --- building ----------------------------------------------------------------------------
+    def build(self, root: Path, path: Path, raw: dict[str, Any]) -> Config:
+        project = raw.get("project", {})
+        framework = project.get("framework", "numpy")
+        v = raw.get("validation", {})
+        validation = ValidationConfig(
+            dtypes=tuple(v.get("dtypes", ("float32",))),
+            check_nan=v.get("check_nan", True),
+            check_inf=v.get("check_inf", True),
+            seed=v.get("seed", 0),
+            tolerances=_tols(v.get("tolerances", {})),
+            iterations=v.get("iterations", 50),
+            timeout=float(v.get("timeout", 30.0)),
+            distributions=tuple(v.get("distributions", DISTRIBUTIONS)),
+            max_failure_snapshots=v.get("max_failure_snapshots", 200),
+            memory_limit_mb=v.get("memory_limit_mb"),
+        )
+        c = raw.get("ci", {})
+        quick = c.get("quick", {})
+        ci = CIConfig(
+            quick_dtypes=tuple(quick.get("dtypes", c.get("quick_dtypes", ("float32",)))),
+            quick_iterations=quick.get("iterations", 16),
+            thorough_timeout=c.get("thorough_timeout"),
+            parallel_jobs=c.get("parallel_jobs"),
+            fuzz_iterations=c.get("fuzz_iterations", 100),
+            regression_threshold=float(c.get("regression_threshold", 0.1)),
+        )
+        p = raw.get("policies", {})
+        policies = PoliciesConfig(p.get("fail_on_regression", False), float(p.get("warn_threshold", 0.8)))
+        cu = raw.get("cuda", {})
+        cuda = CudaConfig(
+            nvcc=cu.get("nvcc"),
+            arch=cu.get("arch", "sm_90"),
+            flags=tuple(cu.get("flags", ())),
+            include_dirs=tuple(cu.get("include_dirs", ())),
+            defines=tuple(cu.get("defines", ())),
+            artifact_checks=_checks(cu.get("artifact_checks", {})),
+        )
+        ops = tuple(self.build_op(i, o, validation, framework) for i, o in enumerate(raw.get("ops", [])))
+        kernels = tuple(
+            KernelConfig(
+                name=k["name"],
+                index=i,
+                source=k["source"],
+                reference=k.get("reference"),
+                function=k.get("function"),
+                arch=k.get("arch"),
+                flags=tuple(k.get("flags", ())),
+                include_dirs=tuple(k.get("include_dirs", ())),
+                defines=tuple(k.get("defines", ())),
+                artifact_checks=_checks(k.get("artifact_checks", {})),
+            )
+            for i, k in enumerate(raw.get("kernels", []))
+        )
+        allow_external = bool(project.get("allow_external_paths", False))
+        if not allow_external:
+            self.check_inside(root, raw)
+            if self.problems:
+                raise ConfigError(self.problems)
+        return Config(
+            root=root,
+            path=path,
+            project_name=project.get("name", root.name),
+            framework=framework,
+            validation=validation,
+            ci=ci,
+            policies=policies,
+            cuda=cuda,
+            ops=ops,
+            kernels=kernels,
+            allow_external_paths=allow_external,
+            positions=self.index,
+            warnings=tuple(self.warnings),
+        )
+
+    def check_inside(self, root: Path, raw: dict[str, Any]) -> None:
+        """Scripts and sources must stay inside the workspace unless ``allow_external_paths`` is set."""
+        refs: list[tuple[tuple[str | int, ...], str]] = []
+        for i, op in enumerate(raw.get("ops", [])):
+            for key in ("op_script", "reference"):
+                val = op.get(key)
+                if isinstance(val, str) and not (key == "reference" and is_callable_ref(val)):
+                    refs.append((("ops", i, key), val))
+        for i, k in enumerate(raw.get("kernels", [])):
+            if isinstance(k.get("source"), str):
+                refs.append((("kernels", i, "source"), k["source"]))
+        for path, rel in refs:
+            target = (root / rel).resolve()
+            if not target.is_relative_to(root):
+                self.problem(
+                    path,
+                    f"{rel!r} resolves outside the workspace ({target})",
+                    "set allow_external_paths = true under [project] if this is intended",
+                )
+
+    def build_op(self, index: int, op: dict[str, Any], validation: ValidationConfig, framework: str) -> OpConfig:
+        dims: dict[str, DimSpec] = {}
+        raw_dims = op.get("dims", {})
+        if "inputs" not in op:
+            for name, (lo, hi, de) in DEFAULT_DIMS.items():
+                if name not in raw_dims:
+                    dims[name] = DimSpec(name, lo, hi, de)
+        for name, spec in raw_dims.items():
+            dims[name] = _dim(name, spec)
+        if "inputs" in op:
+            order = op.get("input_names") or list(op["inputs"])
+            inputs = tuple(
+                InputSpec(
+                    name=n,
+                    shape=tuple(op["inputs"][n]["shape"]),
+                    dtype=op["inputs"][n].get("dtype"),
+                    range=tuple(op["inputs"][n]["range"]) if "range" in op["inputs"][n] else None,  # type: ignore[arg-type]
+                    distributions=tuple(op["inputs"][n]["distributions"])
+                    if "distributions" in op["inputs"][n]
+                    else None,
+                )
+                for n in order
+            )
+        else:
+            inputs = tuple(InputSpec(n, DEFAULT_INPUT_SHAPE) for n in op.get("input_names", ["x"]))
+        mode = op.get("execution_mode") or ("script_based" if "op_script" in op else "in_process")
+        return OpConfig(
+            name=op["name"],
+            index=index,
+            module=op.get("module"),
+            reference=op.get("reference"),
+            op_script=op.get("op_script"),
+            execution_mode=mode,
+            input_names=tuple(i.name for i in inputs),
+            inputs=inputs,
+            dims=dims,
+            kwargs=dict(op.get("kwargs", {})),
+            invariants=tuple(op.get("invariants", ())),
+            tolerances=_tols(op.get("tolerances", {})),
+            dtypes=tuple(op.get("dtypes", validation.dtypes)),
+            layouts=tuple(op.get("layouts", ("contiguous",) if mode == "script_based" else LAYOUTS)),
+            distributions=tuple(op.get("distributions", validation.distributions)),
+            framework=op.get("framework", framework),
+            output_dtype=op.get("output_dtype"),
+            timeout=float(op["timeout"]) if "timeout" in op else None,
+            iterations=op.get("iterations"),
+            seeds=tuple(op.get("seeds", ())),
+        )
+
+
+def _dim(name: str, spec: Any) -> DimSpec:
+    if isinstance(spec, int):
+        return DimSpec(name, spec, spec, spec)
+    if isinstance(spec, list):
+        return DimSpec(name, min(spec), max(spec), spec[0], tuple(spec))
+    lo, hi = spec["min"], spec["max"]
+    return DimSpec(name, lo, hi, spec.get("default", min(hi, max(lo, 32))))
+
+
+def _tols(raw: dict[str, Any]) -> dict[str, Tolerance]:
+    return {
+        name: Tolerance(float(t["atol"]) if "atol" in t else None, float(t["rtol"]) if "rtol" in t else None)
+        for name, t in raw.items()
+    }
+
+
+def _checks(raw: dict[str, Any]) -> ArtifactChecksConfig:
+    def tup(key: str) -> tuple[str, ...] | None:
+        return tuple(raw[key]) if key in raw else None
+
+    return ArtifactChecksConfig(
+        max_registers=raw.get("max_registers"),
+        max_spills=raw.get("max_spills"),
+        max_local_memory_bytes=raw.get("max_local_memory_bytes"),
+        max_shared_memory_bytes=raw.get("max_shared_memory_bytes"),
+        forbidden_instructions=tup("forbidden_instructions"),
+        required_instructions=tup("required_instructions"),
+    )
+
+
+def _ints(*values: Any) -> bool:
+    return all(isinstance(v, int) and not isinstance(v, bool) for v in values)
+
+
+def _tname(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    return {str: "a string", int: "an integer", float: "a float", list: "an array", dict: "a table"}.get(
+        type(value), type(value).__name__
+    )
+
+
+def module_file(root: Path, module: str) -> Path | None:
+    """The file of a workspace module ``a.b`` (``a/b.py`` or ``a/b/__init__.py``), found without importing."""
+    base = root.joinpath(*module.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _syntax_error_at(file: Path) -> str:
+    try:
+        ast.parse(file.read_text(encoding="utf-8"), filename=str(file))
+    except SyntaxError as exc:
+        return f"{file.name}:{exc.lineno}" + (f":{exc.offset}" if exc.offset else "") + f" ({exc.msg})"
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        return f"{file.name} ({exc})"
+    return file.name
+
+
+def top_level_names(file: Path) -> dict[str, int] | None:
+    """Names bound at a module's top level with their 1-based line ("*" for a star import); None if unparsable.
+
+    Cached by file and modification time: a workspace with thousands of ops in one module parses it once.
+    """
+    try:
+        st = file.stat()
+    except OSError:
+        return None
+    return _top_level_names(str(file), st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=512)
+def _top_level_names(filename: str, _mtime_ns: int, _size: int) -> dict[str, int] | None:
+    file = Path(filename)
+    try:
+        tree = ast.parse(file.read_text(encoding="utf-8"), filename=str(file))
+    except (SyntaxError, OSError, UnicodeDecodeError, ValueError):
+        return None
+    names: dict[str, int] = {}
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.setdefault(node.name, node.lineno)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                for n in ast.walk(t):
+                    if isinstance(n, ast.Name):
+                        names.setdefault(n.id, node.lineno)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                names.setdefault(alias.asname or alias.name.split(".")[0], node.lineno)
+        elif isinstance(node, (ast.If, ast.Try)):
+            for sub in ast.walk(node):
+                if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    names.setdefault(sub.name, sub.lineno)
+                elif isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store):
+                    names.setdefault(sub.id, sub.lineno)
+    return names

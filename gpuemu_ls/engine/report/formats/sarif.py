@@ -1,0 +1,187 @@
+"""SARIF 2.1.0: failures located in the user's files so code scanning annotates the diff.
+
+Each failing op gives one result per failure kind, located at the op's function (or script), with
+the op's ``[[ops]]`` entry in gpuemu.toml as a related location; lint findings sit on their ``.cu``
+line. URIs are relative to ``%SRCROOT%`` (the workspace root).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from ..lines import KIND_TEXT
+from .text import failure_text
+
+INFO_URI = "https://pypi.org/project/gpuemu-ls/"
+
+
+def _loc(loc: dict[str, Any] | None, message: str | None = None, ident: int | None = None) -> dict[str, Any] | None:
+    if not loc or not loc.get("file"):
+        return None
+    region: dict[str, Any] = {"startLine": max(1, int(loc.get("line") or 1))}
+    if loc.get("column"):
+        region["startColumn"] = max(1, int(loc["column"]))
+    out: dict[str, Any] = {
+        "physicalLocation": {
+            "artifactLocation": {"uri": Path(loc["file"]).as_posix(), "uriBaseId": "%SRCROOT%"},
+            "region": region,
+        }
+    }
+    if message:
+        out["message"] = {"text": message}
+    if ident is not None:
+        out["id"] = ident
+    return out
+
+
+class _Rules:
+    def __init__(self) -> None:
+        self.rules: list[dict[str, Any]] = []
+        self.index: dict[str, int] = {}
+
+    def get(self, rule_id: str, text: str, level: str) -> int:
+        if rule_id not in self.index:
+            self.index[rule_id] = len(self.rules)
+            self.rules.append(
+                {
+                    "id": rule_id,
+                    "name": rule_id.split("/")[-1].replace("-", "_"),
+                    "shortDescription": {"text": text},
+                    "helpUri": INFO_URI,
+                    "defaultConfiguration": {"level": level},
+                }
+            )
+        return self.index[rule_id]
+
+
+def render_sarif(doc: dict[str, Any]) -> str:
+    rules = _Rules()
+    results: list[dict[str, Any]] = []
+    for e in doc["ops"]:
+        if e["status"] == "passed":
+            continue
+        primary = _loc(e.get("source")) or _loc(e.get("location"))
+        related = [
+            x
+            for x in (
+                _loc(e.get("location"), f"op {e['name']} in {doc.get('config', 'gpuemu.toml')}", 1),
+                _loc(e.get("reference_source"), "its reference", 2),
+            )
+            if x
+        ]
+        by_kind: dict[str, list[dict[str, Any]]] = {}
+        for f in e["failures"]:
+            by_kind.setdefault(f["kind"], []).append(f)
+        if not by_kind:
+            kind = "not-run" if e["status"] == "not_run" else (e.get("setup_error") or {}).get("kind", "error")
+            rid = f"gpuemu/{kind}"
+            results.append(
+                {
+                    "ruleId": rid,
+                    "ruleIndex": rules.get(
+                        rid, KIND_TEXT.get(kind, kind), "warning" if e["status"] == "not_run" else "error"
+                    ),
+                    "level": "warning" if e["status"] == "not_run" else "error",
+                    "message": {"text": f"op {e['name']}: {e.get('message', '')}"[:2000]},
+                    "locations": [primary] if primary else [],
+                    "relatedLocations": related,
+                    "partialFingerprints": {"gpuemuOp/v1": f"{e['name']}:{kind}"},
+                    "properties": {"op": e["name"], "status": e["status"]},
+                }
+            )
+            continue
+        for kind, fails in by_kind.items():
+            f = fails[0]
+            rid = f"gpuemu/{kind}"
+            text = f"op {e['name']}: {KIND_TEXT.get(kind, kind)} in {len(fails)} case(s). " + failure_text(e["name"], f)
+            if e.get("diagnosis"):
+                text += f"\nDiagnosis: {e['diagnosis']}"
+            loc = primary
+            if f.get("file") and f.get("line"):
+                loc = _loc({"file": f["file"], "line": f["line"]}) or primary
+            results.append(
+                {
+                    "ruleId": rid,
+                    "ruleIndex": rules.get(rid, KIND_TEXT.get(kind, kind), "error"),
+                    "level": "error",
+                    "message": {"text": text[:4000]},
+                    "locations": [loc] if loc else [],
+                    "relatedLocations": related,
+                    "partialFingerprints": {"gpuemuOp/v1": f"{e['name']}:{kind}"},
+                    "properties": {
+                        k: f.get(k)
+                        for k in ("seed", "dtype", "shapes", "layout", "distribution", "replay", "max_abs", "tolerance")
+                    }
+                    | {"op": e["name"]},
+                }
+            )
+    for k in doc["kernels"]:
+        for f in k.get("findings", []):
+            level = {"error": "error", "warning": "warning"}.get(f.get("severity"), "note")
+            rid = f"gpuemu-lint/{f.get('code', 'finding')}"
+            loc = _loc({"file": f.get("file"), "line": f.get("line"), "column": f.get("column")})
+            results.append(
+                {
+                    "ruleId": rid,
+                    "ruleIndex": rules.get(rid, f"CUDA lint: {f.get('code')}", level),
+                    "level": level,
+                    "message": {"text": f"kernel {k['name']}: {f.get('message')}"},
+                    "locations": [loc] if loc else [],
+                    "partialFingerprints": {"gpuemuKernel/v1": f"{k['name']}:{f.get('code')}"},
+                    "properties": {"kernel": k["name"]},
+                }
+            )
+        if k["status"] in ("not_run", "error") and not k.get("findings"):
+            rid = f"gpuemu-lint/{k['status'].replace('_', '-')}"
+            loc = _loc(k.get("source"))
+            results.append(
+                {
+                    "ruleId": rid,
+                    "ruleIndex": rules.get(rid, f"kernel {k['status']}", "warning"),
+                    "level": "warning",
+                    "message": {"text": f"kernel {k['name']}: {k.get('message', '')}"},
+                    "locations": [loc] if loc else [],
+                }
+            )
+    for r in doc.get("regressions", []):
+        rid = "gpuemu/regression"
+        level = "error" if doc.get("fail_on_regression") else "warning"
+        loc = _loc(r.get("location"))
+        results.append(
+            {
+                "ruleId": rid,
+                "ruleIndex": rules.get(rid, "regression against the baseline", level),
+                "level": level,
+                "message": {"text": f"{r['kind']} {r['name']}: {r['reason']}"},
+                "locations": [loc] if loc else [],
+            }
+        )
+    root_uri = Path(doc["workspace"]).resolve().as_uri() + "/"
+    log = {
+        "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
+        "version": "2.1.0",
+        "runs": [
+            {
+                "tool": {
+                    "driver": {
+                        "name": "gpuemu-ls",
+                        "version": doc["tool"]["version"],
+                        "informationUri": INFO_URI,
+                        "rules": rules.rules,
+                    }
+                },
+                "originalUriBaseIds": {"%SRCROOT%": {"uri": root_uri}},
+                "results": results,
+                "invocations": [
+                    {
+                        "executionSuccessful": doc["status"] in ("passed", "failed"),
+                        "exitCode": int(doc.get("exit_code", 0)),
+                    }
+                ],
+                "properties": {"mode": doc.get("mode"), "seed": doc.get("seed"), "shard": doc.get("shard")},
+            }
+        ],
+    }
+    return json.dumps(log, indent=2)

@@ -1,0 +1,103 @@
+"""The terminal and CI-log rendering of a results document."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..lines import KIND_TEXT
+
+WORD = {"passed": "PASS", "failed": "FAIL", "error": "ERROR", "not_run": "NOT RUN", "cancelled": "CANCELLED"}
+
+
+def _err(f: dict[str, Any]) -> str:
+    where = f" (first at {f['first_index']})" if f.get("first_index") is not None else ""
+    for key, what in (
+        ("unexpected_nan", "NaN where the reference is finite"),
+        ("unexpected_inf", "inf where the reference is finite"),
+        ("missing_nan", "finite where the reference is NaN"),
+    ):
+        if f["kind"] == key and f.get(key):
+            return f"{f[key]}/{f.get('total')} outputs {what}{where}"
+    if f["kind"] in ("mismatch", "unexpected_nan", "unexpected_inf", "missing_nan") and f.get("max_abs") is not None:
+        tol = f.get("tolerance")
+        text = f"max abs err {f['max_abs']:.3g}"
+        if tol:
+            text += f" vs atol={tol[0]:g} rtol={tol[1]:g}"
+        ratio = f.get("max_ratio")
+        if isinstance(ratio, (int, float)) and ratio > 0:
+            text += f" ({ratio:.3g}x tolerance)" if ratio < 1e299 else " (non-finite)"
+        return text
+    return f.get("message", "")
+
+
+def failure_text(op: str, f: dict[str, Any], replay_prefix: str = "") -> str:
+    tag = "FAIL" if f["status"] == "failed" else "ERROR"
+    shapes = " ".join(f"{k}={v}" for k, v in f["shapes"].items())
+    where = f" ({f['file']}:{f['line']})" if f.get("file") and f.get("line") else ""
+    if f.get("file") and not f.get("line"):
+        where = f" ({f['file']})"
+    replay = f["replay"] if not replay_prefix else f["replay"].replace("gpuemu ", f"gpuemu {replay_prefix} ", 1)
+    return (
+        f"{tag} {op} [{f['kind']}: {KIND_TEXT.get(f['kind'], f['kind'])}] seed={f['seed']} dtype={f['dtype']} "
+        f"{shapes} layout={f['layout']} dist={f['distribution']}: {_err(f)}{where}\n    replay: {replay}"
+    )
+
+
+def render_text(doc: dict[str, Any], *, show: int = 3, replay_prefix: str = "") -> str:
+    lines: list[str] = []
+    for e in doc["ops"]:
+        stats = e.get("stats") or {}
+        err = ""
+        if stats.get("max_abs") is not None:
+            err = f"max err {stats['max_abs']:.3g}"
+            ratio = stats.get("max_ratio")
+            if e["status"] == "passed" and isinstance(ratio, (int, float)):
+                err += f" ({ratio:.0%} of tolerance)"
+        lines.append(
+            f"{WORD.get(e['status'], e['status']):8}{e['name']:24} {e['message']:40} {err:32} "
+            f"{e.get('elapsed', 0):6.2f} s"
+        )
+        se = e.get("setup_error")
+        if se:
+            loc = f"{se.get('file')}:{se.get('line')}: " if se.get("file") else ""
+            msg = (se.get("message") or "").strip().splitlines()
+            lines.append(f"    {loc}{msg[0] if msg else ''}")
+        if e["status"] == "not_run":
+            lines.append(f"    {e['message']}")
+        if e.get("diagnosis"):
+            lines.append(f"    diagnosis: {e['diagnosis']}")
+        for f in e["failures"][:show]:
+            lines.append("    " + failure_text(e["name"], f, replay_prefix).replace("\n", "\n    "))
+        more = e.get("failures_total", len(e["failures"])) - min(show, len(e["failures"]))
+        if more > 0:
+            lines.append(f"    ... {more} more (gpuemu failures --op {e['name']})")
+    for k in doc["kernels"]:
+        lines.append(f"{WORD.get(k['status'], k['status']):8}{k['name']:24} kernel {k.get('summary', '')}")
+        for f in k.get("findings", [])[: max(show, 10)]:
+            lines.append(
+                f"    {f.get('file')}:{f.get('line')}: {f.get('severity')} {f.get('code')}: {f.get('message')}"
+            )
+        if k["status"] == "not_run" and k.get("message"):
+            lines.append(f"    {k['message']}")
+    for r in doc.get("regressions", []):
+        lines.append(f"REGRESSION {r['kind']} {r['name']}: {r['reason']}")
+    s = doc["summary"]
+    tail = (
+        f"{s.get('passed', 0)} passed, {s.get('failed', 0)} failed, {s.get('error', 0)} errors, "
+        f"{s.get('not_run', 0)} not run"
+    )
+    if s.get("regressions"):
+        tail += f", {s['regressions']} regressions" + (
+            "" if doc.get("fail_on_regression") else " (not failing the run)"
+        )
+    cases = sum(e.get("cases", 0) for e in doc["ops"])
+    tail += f" ({s.get('ops', 0)} ops, {cases} cases"
+    if s.get("kernels"):
+        tail += f", {s['kernels']} kernels"
+    tail += f", {doc.get('mode')}, seed {doc.get('seed')}, {doc.get('elapsed', 0):.1f} s)"
+    if doc.get("shard"):
+        tail += f" [shard {doc['shard']}]"
+    if doc.get("run_id"):
+        tail += f"; run {doc['run_id'][:12]} stored"
+    lines.append(tail)
+    return "\n".join(lines)

@@ -1,0 +1,402 @@
+"""The results document (JSON, ``"schema": 1``): what a run found, in one versioned structure.
+
+Every output format (text, JUnit, SARIF) renders this document and nothing else, so a merged set
+of CI shards renders exactly like one unsharded run, and ``gpuemu report`` renders stored results
+the same way as live ones. Paths are relative to the workspace root.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from ... import __version__
+from ..config.load import Config
+from ..config.locations import op_entry, op_source, reference_source
+from ..run.case import CaseResult
+from ..run.validate import OpOutcome, RunResult
+from .lines import replay_command
+
+SCHEMA = 1
+MAX_FAILURES_PER_OP = 100
+STATUS_ORDER = ("failed", "error", "not_run", "cancelled", "passed")
+
+
+def failure_entry(r: CaseResult, root: Path) -> dict[str, Any]:
+    st = r.stats()
+    file = None
+    if r.file:
+        try:
+            file = Path(r.file).resolve().relative_to(root.resolve()).as_posix()
+        except ValueError:
+            file = r.file
+    return {
+        "seed": r.seed,
+        "status": r.status,
+        "kind": r.kind,
+        "dtype": r.spec.dtype,
+        "shapes": {k: list(v) for k, v in r.spec.shapes.items()},
+        "dims": dict(r.spec.dims),
+        "layout": r.spec.layout,
+        "distribution": r.spec.distribution,
+        "strategy": r.spec.strategy,
+        "max_abs": st["max_abs"],
+        "max_rel": st["max_rel"],
+        "max_ulp": st["max_ulp"],
+        "max_ratio": st["max_ratio"],
+        "mismatches": st["mismatches"],
+        "total": st["total"],
+        "tolerance": list(r.tolerance) if r.tolerance else None,
+        "unexpected_nan": sum(c.unexpected_nan for c in r.comparisons),
+        "unexpected_inf": sum(c.unexpected_inf for c in r.comparisons),
+        "missing_nan": sum(c.missing_nan for c in r.comparisons),
+        "first_index": _first_bad(r),
+        "message": (r.message or "").strip().splitlines()[0][:500] if (r.message or "").strip() else "",
+        "file": file,
+        "line": r.line,
+        "replay": replay_command(r.op, r.seed),
+    }
+
+
+def locate_failures(
+    failures: list[dict[str, Any]], source: dict[str, Any] | None, reference: dict[str, Any] | None
+) -> list[dict[str, Any]]:
+    """Give every failure a file and line: a wrong answer, a timeout or a hard exit has no frame of its own,
+    so it points at the function (or script) that produced it: the reference's for reference_* kinds."""
+    for f in failures:
+        if f.get("file") and f.get("line"):
+            continue
+        home = reference if str(f.get("kind", "")).startswith("reference_") else source
+        if not home:
+            continue
+        if not f.get("file"):
+            f["file"], f["line"] = home["file"], home["line"]
+        else:
+            f["line"] = home["line"] if f["file"] == home["file"] else 1
+    return failures
+
+
+def _first_bad(r: CaseResult) -> list[int] | None:
+    for c in r.comparisons:
+        if not c.passed and c.first_index is not None:
+            return list(c.first_index)
+    return None
+
+
+def _case_set(o: OpOutcome) -> dict[str, Any]:
+    """Which cases an op ran (first seed, count): error figures compare only between the same cases."""
+    seeds = [c.seed for c in o.cases]
+    return {"first_seed": min(seeds) if seeds else None, "count": len(seeds), "seeds_hash": hash_seeds(seeds)}
+
+
+def hash_seeds(seeds: list[int]) -> str:
+    import hashlib
+
+    return hashlib.sha256(",".join(map(str, sorted(seeds))).encode()).hexdigest()[:16]
+
+
+def op_entry_dict(config: Config, o: OpOutcome) -> dict[str, Any]:
+    op = config.op(o.op)
+    root = config.root
+    src, ref = op_source(config, op), reference_source(config, op)
+    failures = o.failures
+    return {
+        "name": o.op,
+        "kind": "op",
+        "status": o.status,
+        "message": o.message,
+        "diagnosis": o.diagnosis,
+        "cases": len(o.cases),
+        "passed": o.count("passed"),
+        "failed": o.count("failed"),
+        "errors": o.count("error"),
+        "planned": o.planned,
+        "elapsed": round(o.elapsed, 4),
+        "stopped": o.stopped,
+        "setup_error": o.setup_error,
+        "stats": o.stats(),
+        "cases_run": _case_set(o),
+        "location": op_entry(config, op).to_dict(root),
+        "source": src.to_dict(root) if src else None,
+        "reference_source": ref.to_dict(root) if ref else None,
+        "failures": locate_failures(
+            [failure_entry(r, root) for r in failures[:MAX_FAILURES_PER_OP]],
+            src.to_dict(root) if src else None,
+            ref.to_dict(root) if ref else None,
+        ),
+        "failures_total": len(failures),
+    }
+
+
+def summarize(entries: list[dict[str, Any]], regressions: list[dict[str, Any]]) -> dict[str, int]:
+    out = {s: 0 for s in STATUS_ORDER}
+    for e in entries:
+        out[e["status"]] = out.get(e["status"], 0) + 1
+    out["ops"] = sum(1 for e in entries if e["kind"] == "op")
+    out["kernels"] = sum(1 for e in entries if e["kind"] == "kernel")
+    out["regressions"] = len(regressions)
+    return out
+
+
+def overall_status(entries: list[dict[str, Any]]) -> str:
+    statuses = {e["status"] for e in entries}
+    for s in STATUS_ORDER:
+        if s in statuses:
+            return s
+    return "not_run"
+
+
+def exit_code(doc: dict[str, Any], *, fail_on_regression: bool) -> int:
+    """0 when every entry ran and passed (and no regression counts), else 1."""
+    entries = doc["ops"] + doc["kernels"]
+    if not entries:
+        return 1
+    if any(e["status"] != "passed" for e in entries):
+        return 1
+    if fail_on_regression and doc["regressions"]:
+        return 1
+    return 0
+
+
+def build_document(
+    config: Config,
+    run: RunResult | None,
+    *,
+    kernels: list[dict[str, Any]] | None = None,
+    regressions: list[dict[str, Any]] | None = None,
+    shard: str | None = None,
+    fail_on_regression: bool = False,
+    mode: str | None = None,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    ops = [op_entry_dict(config, o) for o in run.outcomes] if run else []
+    kernels = kernels or []
+    regressions = regressions or []
+    entries = ops + kernels
+    doc: dict[str, Any] = {
+        "schema": SCHEMA,
+        "tool": {"name": "gpuemu-ls", "version": __version__},
+        "workspace": str(config.root),
+        "config": config.path.name,
+        "project": config.project_name,
+        "mode": mode or (run.mode if run else None),
+        "seed": run.seed if run else config.validation.seed,
+        "run_id": run.run_id if run else None,
+        "shard": shard,
+        "created_at": time.time(),
+        "elapsed": round(run.elapsed, 4) if run else 0.0,
+        "fail_on_regression": fail_on_regression,
+        "ops": ops,
+        "kernels": kernels,
+        "regressions": regressions,
+    }
+    doc["summary"] = summarize(entries, regressions)
+    doc["status"] = overall_status(entries)
+    doc["exit_code"] = exit_code(doc, fail_on_regression=fail_on_regression)
+    if extra:
+        doc.update(extra)
+    return doc
+
+
+def merge_documents(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Join shard documents into the document an unsharded run would have produced."""
+    if not docs:
+        raise ValueError("nothing to merge")
+    for d in docs:
+        if d.get("schema") != SCHEMA:
+            raise ValueError(f"cannot merge a results document of schema {d.get('schema')!r} (expected {SCHEMA})")
+    shards = [d.get("shard") for d in docs]
+    if any(shards):
+        parsed = []
+        for sh in shards:
+            try:
+                k, n = (int(x) for x in str(sh).split("/"))
+            except ValueError:
+                raise ValueError(
+                    f"cannot merge: a document has no shard (shard {sh!r}); merge the shards of one run"
+                ) from None
+            parsed.append((k, n))
+        totals = {n for _, n in parsed}
+        if len(totals) != 1:
+            raise ValueError(f"cannot merge shards of different splits: {sorted(set(shards))}")
+        total = totals.pop()
+        missing = sorted(set(range(1, total + 1)) - {k for k, _ in parsed})
+        if missing:
+            raise ValueError(
+                f"cannot merge: shard(s) {', '.join(f'{k}/{total}' for k in missing)} missing; "
+                "an incomplete merge would pass ops that never ran"
+            )
+    base = dict(docs[0])
+    seen: dict[tuple[str, str], dict[str, Any]] = {}
+    for d in docs:
+        for e in d["ops"] + d["kernels"]:
+            seen[(e["kind"], e["name"])] = e
+    base["ops"] = sorted((e for (k, _), e in seen.items() if k == "op"), key=lambda e: e["name"])
+    base["kernels"] = sorted((e for (k, _), e in seen.items() if k == "kernel"), key=lambda e: e["name"])
+    regs = {(r["kind"], r["name"], r["reason"]): r for d in docs for r in d.get("regressions", [])}
+    base["regressions"] = sorted(regs.values(), key=lambda r: (r["kind"], r["name"]))
+    base["shard"] = None
+    base["merged_from"] = [d.get("shard") for d in docs]
+    base["elapsed"] = max(d.get("elapsed", 0.0) for d in docs)
+    base["fail_on_regression"] = any(d.get("fail_on_regression") for d in docs)
+    entries = base["ops"] + base["kernels"]
+    base["summary"] = summarize(entries, base["regressions"])
+    base["status"] = overall_status(entries)
+    base["exit_code"] = exit_code(base, fail_on_regression=base["fail_on_regression"])
+    return base
+
+
+def dumps(doc: dict[str, Any]) -> str:
+    return json.dumps(sanitize(doc), indent=2, default=_default, allow_nan=False)
+
+
+def _default(o: Any) -> Any:
+    if hasattr(o, "item"):
+        return o.item()
+    if isinstance(o, (set, tuple)):
+        return list(o)
+    return str(o)
+
+
+def sanitize(obj: Any) -> Any:
+    """Replace non-finite floats (JSON has none) with strings readers can still interpret."""
+    if isinstance(obj, float):
+        if obj != obj:
+            return "nan"
+        if obj in (float("inf"), float("-inf")):
+            return "inf" if obj > 0 else "-inf"
+        return obj
+    if isinstance(obj, dict):
+        return {k: sanitize(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [sanitize(v) for v in obj]
+    return obj
+
+
+def _row_failure(row: dict[str, Any], root: Path) -> dict[str, Any]:
+    detail = json.loads(row.get("detail") or "{}")
+    file = detail.get("file")
+    if file:
+        try:
+            file = Path(file).resolve().relative_to(root.resolve()).as_posix()
+        except ValueError:
+            pass
+    tol = json.loads(row["tolerance"]) if row.get("tolerance") else None
+    msg = (row.get("message") or "").strip()
+    return {
+        "seed": row["seed"],
+        "status": row["status"],
+        "kind": row["kind"],
+        "dtype": row["dtype"],
+        "shapes": json.loads(row["shapes"] or "{}"),
+        "dims": json.loads(row["dims"] or "{}"),
+        "layout": row["layout"],
+        "distribution": row["distribution"],
+        "strategy": row["strategy"],
+        "max_abs": row["max_abs"],
+        "max_rel": row["max_rel"],
+        "max_ulp": row["max_ulp"],
+        "max_ratio": row["max_ratio"],
+        "mismatches": row["mismatches"],
+        "total": row["total"],
+        "tolerance": tol,
+        "message": msg.splitlines()[0][:500] if msg else "",
+        "file": file,
+        "line": detail.get("line"),
+        "replay": replay_command(row["op"], row["seed"]),
+    }
+
+
+def document_from_store(
+    config: Config,
+    store: Any,
+    *,
+    since: float | None = None,
+    include_lint: bool = True,
+    include_artifacts: bool = False,
+) -> dict[str, Any]:
+    """The latest stored verdict of every op (and kernel) of the workspace, as a results document."""
+    from ..config.locations import op_entry, op_source, reference_source
+
+    latest = store.latest_op_results()
+    ops, kernels = [], []
+    names = {o.name for o in config.ops}
+    for _key, row in sorted(latest.items()):
+        if since is not None and (row.get("finished_at") or 0) < since:
+            continue
+        detail = json.loads(row.get("detail") or "{}")
+        if row["kind"] == "op" and row["op"] in names:
+            op = config.op(row["op"])
+            src, ref = op_source(config, op), reference_source(config, op)
+            fails = [
+                _row_failure(r, config.root) for r in store.cases(run_id=row["run_id"], op=row["op"], not_passed=True)
+            ]
+            seeds = [
+                r["seed"]
+                for r in store.query("SELECT seed FROM cases WHERE run_id = ? AND op = ?", (row["run_id"], row["op"]))
+            ]
+            ops.append(
+                {
+                    "name": row["op"],
+                    "kind": "op",
+                    "status": row["status"],
+                    "message": row["message"] or "",
+                    "diagnosis": row["diagnosis"] or "",
+                    "cases": row["cases"],
+                    "passed": row["passed"],
+                    "failed": row["failed"],
+                    "errors": row["errors"],
+                    "planned": detail.get("planned"),
+                    "elapsed": row["duration"] or 0.0,
+                    "stopped": detail.get("stopped"),
+                    "setup_error": detail.get("setup_error"),
+                    "stats": {k: row[k] for k in ("max_abs", "max_rel", "max_ulp", "max_ratio")},
+                    "location": op_entry(config, op).to_dict(config.root),
+                    "source": src.to_dict(config.root) if src else None,
+                    "reference_source": ref.to_dict(config.root) if ref else None,
+                    "failures": locate_failures(
+                        fails[:MAX_FAILURES_PER_OP],
+                        src.to_dict(config.root) if src else None,
+                        ref.to_dict(config.root) if ref else None,
+                    ),
+                    "failures_total": len(fails),
+                    "run_id": row["run_id"],
+                    "finished_at": row.get("finished_at"),
+                    "mode": detail.get("mode"),
+                    "cases_run": {
+                        "first_seed": min(seeds) if seeds else None,
+                        "count": len(seeds),
+                        "seeds_hash": hash_seeds(seeds),
+                    },
+                }
+            )
+        elif row["kind"] == "kernel" and include_lint:
+            entry = dict(detail) if detail else {"name": row["op"], "kind": "kernel", "status": row["status"]}
+            if not include_artifacts:
+                for k in ("ptx_instructions", "sass_instructions"):
+                    entry.pop(k, None)
+            kernels.append(entry)
+
+    doc: dict[str, Any] = {
+        "schema": SCHEMA,
+        "tool": {"name": "gpuemu-ls", "version": __version__},
+        "workspace": str(config.root),
+        "config": config.path.name,
+        "project": config.project_name,
+        "mode": "stored",
+        "seed": config.validation.seed,
+        "run_id": None,
+        "shard": None,
+        "created_at": time.time(),
+        "elapsed": sum(e["elapsed"] or 0 for e in ops),
+        "fail_on_regression": False,
+        "ops": ops,
+        "kernels": kernels,
+        "regressions": [],
+    }
+    doc["summary"] = summarize(ops + kernels, [])
+    doc["status"] = overall_status(ops + kernels)
+    doc["exit_code"] = exit_code(doc, fail_on_regression=False)
+    return doc

@@ -1,0 +1,526 @@
+"""Validate ops: plan their cases, run them in worker processes, score them, store them.
+
+This is the one entry point the CLI, the CI gate, the language server and the Python API call. Ops
+run in parallel (one worker process per job); within an op, cases run in order so a replay sees the
+same sequence. A worker that crashes or hangs costs one case, never the run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import re
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..cases.generate import generate_inputs
+from ..cases.plan import QUICK_STRATEGIES, CaseSpec, cover_minimums, derive_case, iter_seeds, mode_filter
+from ..config.load import Config, OpConfig
+from ..store.db import Store
+from .case import CaseResult
+from .runners import is_library
+from .supervisor import Cancelled, SetupFailed, Worker, WorkerLost
+from .worker import CASE_MARK
+
+MODES = ("quick", "thorough")
+#: Runs whose per-op result is the op's verdict; a one-case replay or a calibration is not.
+VERDICT_MODES = ("quick", "thorough", "fuzz")
+#: After this many crashes or timeouts in a row an op stops: its verdict (error) cannot change, and
+#: each further hang would cost a whole timeout.
+MAX_CONSECUTIVE_LOST = 3
+#: Cases queued to a worker at once: it runs the next while the supervisor reads the last result.
+PIPELINE = 2
+
+
+@dataclass
+class RunOptions:
+    mode: str = "thorough"
+    iterations: int | None = None
+    seed: int | None = None
+    ops: list[str] | None = None
+    jobs: int = 1
+    fail_fast: bool = False
+    time_budget: float | None = None  # seconds per op (thorough_timeout)
+    source: str = "cli"
+    command: str = ""
+    store: bool = True
+    cancel: threading.Event | None = None
+    on_case: Callable[[str, CaseResult, int, int], None] | None = None
+    on_op_start: Callable[[str, int], None] | None = None
+    on_op: Callable[[OpOutcome], None] | None = None
+
+
+@dataclass
+class OpOutcome:
+    """An op's verdict over its cases."""
+
+    op: str
+    status: str  # passed | failed | error | not_run | cancelled
+    cases: list[CaseResult] = field(default_factory=list)
+    planned: int = 0
+    message: str = ""
+    setup_error: dict[str, Any] | None = None
+    elapsed: float = 0.0
+    stopped: str | None = None
+    diagnosis: str = ""
+
+    def count(self, status: str) -> int:
+        return sum(1 for c in self.cases if c.status == status)
+
+    @property
+    def failures(self) -> list[CaseResult]:
+        return [c for c in self.cases if c.status != "passed"]
+
+    def stats(self) -> dict[str, Any]:
+        out: dict[str, Any] = dict.fromkeys(("max_abs", "max_rel", "max_ulp", "max_ratio"))
+        for c in self.cases:
+            for key, value in c.stats().items():
+                if key in out and value is not None and (out[key] is None or value > out[key]):
+                    out[key] = value
+        return out
+
+
+@dataclass
+class RunResult:
+    run_id: str | None
+    mode: str
+    seed: int
+    outcomes: list[OpOutcome]
+    elapsed: float = 0.0
+    cancelled: bool = False
+
+    @property
+    def status(self) -> str:
+        statuses = {o.status for o in self.outcomes}
+        for s in ("failed", "error", "not_run", "cancelled"):
+            if s in statuses:
+                return s
+        return "passed"
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.status == "passed" and self.outcomes else 1
+
+
+def config_hash(config: Config) -> str:
+    try:
+        return hashlib.sha256(config.path.read_bytes()).hexdigest()[:16]
+    except OSError:
+        return ""
+
+
+def plan_op(
+    config: Config,
+    op: OpConfig,
+    mode: str,
+    iterations: int | None,
+    seed: int | None,
+    accept: Callable[[CaseSpec], bool] | None = None,
+) -> list[CaseSpec]:
+    """The cases a run of ``op`` in ``mode`` covers (pinned seeds first); ``accept`` narrows thorough runs."""
+    base = config.validation.seed if seed is None else seed
+    if mode == "quick":
+        n = iterations or config.ci.quick_iterations
+        accept = mode_filter(op, dtypes=config.ci.quick_dtypes, strategies=QUICK_STRATEGIES)
+    else:
+        n = iterations or op.iterations or config.validation.iterations
+    return cover_minimums(op, list(iter_seeds(op, base, n, accept=accept)), accept=accept)
+
+
+def case_timeout(config: Config, op: OpConfig) -> float:
+    return op.timeout or config.validation.timeout
+
+
+def op_status(cases: list[CaseResult]) -> str:
+    if any(c.status == "failed" for c in cases):
+        return "failed"
+    if any(c.status == "error" for c in cases):
+        return "error"
+    return "passed" if cases else "not_run"
+
+
+class _Workers:
+    """One reusable worker per job thread, replaced when it dies."""
+
+    def __init__(self, config: Config, cancel: threading.Event | None) -> None:
+        self.config = config
+        self.cancel = cancel
+        self.local = threading.local()
+        self.all: list[Worker] = []
+        self.lock = threading.Lock()
+
+    def get(self) -> Worker:
+        w: Worker | None = getattr(self.local, "worker", None)
+        if w is None or not w.alive():
+            w = Worker(memory_mb=self.config.validation.memory_limit_mb, cancel=self.cancel)
+            self.local.worker = w
+            with self.lock:
+                self.all.append(w)
+        return w
+
+    def drop(self) -> None:
+        w = getattr(self.local, "worker", None)
+        if w is not None:
+            w.kill()
+        self.local.worker = None
+
+    def close(self) -> None:
+        with self.lock:
+            for w in self.all:
+                w.close()
+            self.all.clear()
+
+
+def run_op(
+    config: Config,
+    op: OpConfig,
+    specs: list[CaseSpec],
+    workers: _Workers,
+    options: RunOptions,
+    snapshots: dict[int, dict[str, np.ndarray]] | None = None,
+) -> OpOutcome:
+    """Run ``specs`` of one op in a worker; crashes and timeouts become error cases and a new worker."""
+    start = time.monotonic()
+    outcome = OpOutcome(op.name, "not_run", planned=len(specs))
+    if not op.runnable:
+        outcome.message = (
+            f"execution_mode = {op.execution_mode!r} and no module: the op runs in the client's "
+            "process (Python API); nothing runnable here"
+        )
+        return outcome
+    timeout = case_timeout(config, op)
+    worker: Worker | None = None
+    lost_in_a_row = 0
+
+    def ready_worker() -> Worker:
+        w = workers.get()
+        if w.op_name != op.name:
+            w.setup(config.root, op, config.validation, timeout, calibration=options.mode == "calibrate")
+        return w
+
+    window = 1 if options.fail_fast else PIPELINE
+    pending: deque[CaseSpec] = deque()  # sent to the worker, in order, not answered yet
+    sent = 0  # specs[:sent] have been sent (or answered)
+
+    def snapshot_of(spec: CaseSpec) -> dict[str, np.ndarray] | None:
+        return (snapshots or {}).get(spec.seed)
+
+    i = -1
+    while pending or sent < len(specs):
+        i += 1
+        spec = pending[0] if pending else specs[sent]
+        try:
+            worker = ready_worker()
+            while sent < len(specs) and len(pending) < window:  # keep the worker busy while we read
+                worker.submit(specs[sent], snapshot_of(specs[sent]))
+                pending.append(specs[sent])
+                sent += 1
+            spec = pending[0]
+            result = worker.result(timeout)
+            pending.popleft()
+        except SetupFailed as exc:
+            outcome.status = "error"
+            outcome.setup_error = exc.info
+            first = (exc.info.get("message") or "setup failed").strip().splitlines()
+            outcome.message = first[0] if first else "setup failed"
+            workers.drop()
+            break
+        except WorkerLost as exc:  # the oldest case in flight was running: it is the one that crashed or hung
+            workers.drop()
+            lost_in_a_row += 1
+            if pending and pending[0] is spec:
+                pending.popleft()
+            elif not pending and sent < len(specs) and specs[sent] is spec:
+                sent += 1
+            sent -= len(pending)  # the others never ran: send them again to the next worker
+            pending.clear()
+            result = _lost_case(config.root, op, spec, snapshot_of(spec), exc)
+            if exc.phase == "setup":
+                outcome.status = "error"
+                outcome.setup_error = {"kind": f"import_{exc.kind}", "message": exc.message, "stderr": exc.stderr}
+                outcome.message = f"loading the op or its reference: {exc.message}"
+                break
+        except Cancelled:
+            workers.drop()
+            outcome.status = "cancelled"
+            outcome.stopped = "cancelled"
+            break
+        else:
+            lost_in_a_row = 0
+        outcome.cases.append(result)
+        i = len(outcome.cases) - 1
+        if options.on_case:
+            options.on_case(op.name, result, i + 1, len(specs))
+        if options.fail_fast and result.status != "passed":
+            outcome.stopped = "fail-fast"
+            break
+        if lost_in_a_row >= MAX_CONSECUTIVE_LOST and i + 1 < len(specs):
+            outcome.stopped = f"{lost_in_a_row} crashes/timeouts in a row; {len(specs) - i - 1} cases skipped"
+            break
+        if options.time_budget and time.monotonic() - start > options.time_budget and i + 1 < len(specs):
+            outcome.stopped = f"time budget of {options.time_budget:g} s spent after {i + 1}/{len(specs)} cases"
+            break
+    if pending:  # stopped early with cases still queued: drop their worker rather than wait for them
+        workers.drop()
+    outcome.elapsed = time.monotonic() - start
+    if outcome.status not in ("error", "cancelled"):
+        outcome.status = op_status(outcome.cases)
+    elif outcome.status == "error" and any(c.status == "failed" for c in outcome.cases):
+        outcome.status = "failed"
+    if not outcome.message:
+        outcome.message = _op_message(outcome)
+    return outcome
+
+
+def _run_op_sharded(
+    config: Config,
+    op: OpConfig,
+    specs: list[CaseSpec],
+    workers: _Workers,
+    options: RunOptions,
+    snapshots: dict[int, dict[str, np.ndarray]] | None,
+    pool: ThreadPoolExecutor,
+    shards: int,
+) -> OpOutcome:
+    """One op's cases dealt round-robin to ``shards`` workers at once; one outcome, cases in plan order.
+
+    Each case is still decided alone, so the verdicts are those of an unsharded run (a test pins it).
+    """
+    if not op.runnable:
+        return run_op(config, op, specs, workers, options, snapshots)
+    start = time.monotonic()
+    order = {spec.seed: i for i, spec in enumerate(specs)}
+    done = 0
+    lock = threading.Lock()
+
+    def counted(name: str, result: CaseResult, _i: int, _n: int) -> None:
+        nonlocal done
+        with lock:
+            done += 1
+            if options.on_case:
+                options.on_case(name, result, done, len(specs))
+
+    shard_options = dataclasses.replace(options, on_case=counted)
+    parts = list(
+        pool.map(lambda k: run_op(config, op, specs[k::shards], workers, shard_options, snapshots), range(shards))
+    )
+    outcome = OpOutcome(op.name, "not_run", planned=len(specs))
+    outcome.cases = sorted((c for p in parts for c in p.cases), key=lambda c: order.get(c.seed, len(order)))
+    outcome.setup_error = next((p.setup_error for p in parts if p.setup_error), None)
+    outcome.stopped = "; ".join(dict.fromkeys(p.stopped for p in parts if p.stopped)) or None
+    outcome.elapsed = time.monotonic() - start
+    if any(p.status == "cancelled" for p in parts):
+        outcome.status = "cancelled"
+    elif outcome.setup_error is not None:
+        outcome.status = "failed" if any(c.status == "failed" for c in outcome.cases) else "error"
+        outcome.message = next(p.message for p in parts if p.setup_error)
+    else:
+        outcome.status = op_status(outcome.cases)
+    if not outcome.message:
+        outcome.message = _op_message(outcome)
+    return outcome
+
+
+def _lost_case(
+    root: Path, op: OpConfig, spec: CaseSpec, snapshot: dict[str, np.ndarray] | None, exc: WorkerLost
+) -> CaseResult:
+    who = "reference" if exc.phase == "reference" else "op"
+    kind = f"{who}_{exc.kind}"
+    if snapshot is None:
+        try:
+            snapshot = generate_inputs(op, spec).logical
+        except Exception:
+            snapshot = None
+    what = "crashed" if exc.kind == "crash" else "timed out"
+    stderr = this_case_stderr(exc.stderr)
+    file, line = crash_site(stderr, root)
+    return CaseResult(
+        op.name,
+        spec.seed,
+        spec,
+        "error",
+        kind,
+        f"the {who} {what}: {exc.message}",
+        stderr=stderr[-2000:],
+        snapshot=snapshot,
+        from_snapshot=False,
+        file=file,
+        line=line,
+    )
+
+
+_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
+_ESCAPE = re.compile(r"\\x([0-9a-fA-F]{2})|\\u([0-9a-fA-F]{4})|\\U([0-9a-fA-F]{8})")
+
+
+def this_case_stderr(stderr: str) -> str:
+    """What the worker wrote since the last case began (it marks each start), without the marker."""
+    text = stderr or ""
+    at = text.rfind(CASE_MARK)
+    if at < 0:
+        return text
+    end = text.find("\n", at)
+    return text[end + 1 :] if end >= 0 else ""
+
+
+def _unescape(name: str) -> str:
+    """faulthandler writes non-ASCII characters of file names as \\xNN, \\uNNNN or \\UNNNNNNNN."""
+    return _ESCAPE.sub(lambda m: chr(int(next(g for g in m.groups() if g), 16)), name)
+
+
+def crash_site(stderr: str, root: Path | None) -> tuple[str | None, int | None]:
+    """The innermost workspace frame of the faulthandler dump a crashed (or hung) worker left in its stderr."""
+    text = stderr or ""
+    marker = max(text.rfind("Fatal Python error"), text.rfind("most recent call first"))
+    if marker >= 0:  # only the dump of the crash itself, not tracebacks the op logged earlier
+        text = text[marker:]
+    for raw, line in _FRAME.findall(text):  # faulthandler prints the innermost frame first
+        file = _unescape(raw)
+        if file.startswith("<") or "gpuemu_ls" in file or is_library(file):
+            continue  # "<frozen runpy>", "<string>": no file, and they would resolve inside the cwd
+        if root is None or Path(file).resolve().is_relative_to(root.resolve()):
+            return file, int(line)
+    return None, None
+
+
+def _op_message(o: OpOutcome) -> str:
+    n = len(o.cases)
+    parts = [f"{o.count('passed')}/{n} passed"]
+    if o.count("failed"):
+        parts.append(f"{o.count('failed')} failed")
+    if o.count("error"):
+        parts.append(f"{o.count('error')} errors")
+    if o.stopped:
+        parts.append(f"stopped: {o.stopped}")
+    return ", ".join(parts)
+
+
+def run_validation(
+    config: Config,
+    options: RunOptions,
+    *,
+    store: Store | None = None,
+    specs_by_op: dict[str, list[CaseSpec]] | None = None,
+    snapshots: dict[str, dict[int, dict[str, np.ndarray]]] | None = None,
+) -> RunResult:
+    """Validate the selected ops of a workspace; write every case to the store as it finishes an op."""
+    from ..oracle.diagnose import diagnose  # late: diagnose depends on OpOutcome
+
+    t0 = time.monotonic()
+    names = options.ops or [o.name for o in config.ops]
+    ops = [config.op(n) for n in names]
+    seed = config.validation.seed if options.seed is None else options.seed
+    plans = specs_by_op or {op.name: plan_op(config, op, options.mode, options.iterations, options.seed) for op in ops}
+    run_id = None
+    if options.store and store is None:
+        store = Store.for_workspace(config.root)
+    if options.store and store is not None:
+        run_id = store.begin_run(
+            source=options.source,
+            mode=options.mode,
+            seed=seed,
+            iterations=options.iterations,
+            workspace=config.root,
+            config_hash=config_hash(config),
+            command=options.command,
+        )
+    workers = _Workers(config, options.cancel)
+    store_lock = threading.Lock()
+
+    jobs = max(1, options.jobs)
+    # fewer ops than jobs (one op fuzzed for thousands of cases): split each op's cases over the workers
+    shards = jobs if len(ops) < jobs and not options.fail_fast else 1
+    shard_pool = ThreadPoolExecutor(max_workers=shards, thread_name_prefix="gpuemu-shard") if shards > 1 else None
+
+    def one(op: OpConfig) -> OpOutcome:
+        specs = plans.get(op.name, [])
+        if options.on_op_start:
+            options.on_op_start(op.name, len(specs))
+        op_snapshots = (snapshots or {}).get(op.name)
+        if shard_pool is not None and len(specs) >= 2 * shards:
+            outcome = _run_op_sharded(config, op, specs, workers, options, op_snapshots, shard_pool, shards)
+        else:
+            outcome = run_op(config, op, specs, workers, options, op_snapshots)
+        outcome.diagnosis = diagnose(outcome, op, config.root)
+        if store is not None and run_id is not None and outcome.status != "cancelled":
+            with store_lock:
+                store.add_cases(
+                    run_id, outcome.cases, max_snapshots=config.validation.max_failure_snapshots, root=config.root
+                )
+                if options.mode in VERDICT_MODES:
+                    _store_verdict(store, run_id, outcome, options.mode)
+        if options.on_op:
+            options.on_op(outcome)
+        return outcome
+
+    try:
+        if shards > 1 or jobs == 1 or len(ops) <= 1:
+            outcomes = [one(op) for op in ops]
+        else:
+            with ThreadPoolExecutor(max_workers=min(jobs, len(ops)), thread_name_prefix="gpuemu-op") as pool:
+                outcomes = list(pool.map(one, ops))
+    finally:
+        if shard_pool is not None:
+            shard_pool.shutdown(wait=True)
+        workers.close()
+    result = RunResult(
+        run_id,
+        options.mode,
+        seed,
+        outcomes,
+        time.monotonic() - t0,
+        cancelled=any(o.status == "cancelled" for o in outcomes),
+    )
+    if store is not None and run_id is not None:
+        store.finish_run(run_id, "cancelled" if result.cancelled else result.status)
+    return result
+
+
+def _store_verdict(store: Store, run_id: str, outcome: OpOutcome, mode: str) -> None:
+    store.add_op_result(
+        run_id,
+        outcome.op,
+        "op",
+        outcome.status,
+        cases=len(outcome.cases),
+        passed=outcome.count("passed"),
+        failed=outcome.count("failed"),
+        errors=outcome.count("error"),
+        stats=outcome.stats(),
+        duration=outcome.elapsed,
+        message=outcome.message,
+        diagnosis=outcome.diagnosis,
+        detail={
+            "setup_error": outcome.setup_error,
+            "stopped": outcome.stopped,
+            "planned": outcome.planned,
+            "mode": mode,
+        },
+    )
+
+
+def replay_spec(
+    config: Config, op: OpConfig, seed: int, store: Store | None
+) -> tuple[CaseSpec, dict[str, np.ndarray] | None, str]:
+    """The case (op, seed) names: from the store's snapshot when there is one, else regenerated."""
+    import json
+
+    if store is not None:
+        row = store.find_case(op.name, seed)
+        if row is not None and row.get("snapshot_id"):
+            snap = store.load_snapshot(row["snapshot_id"])
+            detail = json.loads(row["detail"] or "{}")
+            if snap is not None and detail.get("spec"):
+                return CaseSpec.from_dict(detail["spec"]), snap, f"stored snapshot {row['snapshot_id'][:12]}"
+    return derive_case(op, seed), None, "regenerated from (op, seed)"
+
+
+__all__ = ["MODES", "OpOutcome", "RunOptions", "RunResult", "plan_op", "replay_spec", "run_op", "run_validation"]

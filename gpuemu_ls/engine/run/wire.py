@@ -1,0 +1,152 @@
+"""The script protocol: tensors as JSON objects with base64 little-endian data.
+
+Request (stdin of a script): ``{"inputs": {name: tensor}, "kwargs": {...}}``. Response (stdout):
+``{"outputs": {name: tensor}}`` or a bare tensor (named ``result``). A tensor is
+``{"shape": [...], "dtype": "float32", "data": "<base64>"}`` with an optional ``"strides"`` in
+*elements*: when present, ``data`` holds the bytes from the first element to the last one the view
+touches, and element ``idx`` sits at ``sum(idx[k] * strides[k])``. Strides are only sent to scripts
+that declared non-contiguous layouts; they are always honest about ``data``.
+
+This JSON form is only for scripts; inside the engine tensors travel as binary numpy buffers.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import numpy as np
+
+from .. import dtypes as dt
+
+
+class ProtocolError(ValueError):
+    """A message that does not follow the script protocol; the text says what was wrong."""
+
+
+def _le(dtype: np.dtype) -> np.dtype:
+    return dtype.newbyteorder("<") if dtype.byteorder not in ("=", "|", "<") or dtype.itemsize > 1 else dtype
+
+
+def encode_tensor(arr: np.ndarray, *, strides: bool = False) -> dict[str, Any]:
+    """A protocol tensor; with ``strides=True`` a non-contiguous view keeps its layout (non-negative strides)."""
+    arr = np.asarray(arr)
+    name = dt.dtype_name(arr.dtype)
+    little = _le(arr.dtype)
+    if strides and not arr.flags.c_contiguous and arr.size and all(s >= 0 for s in arr.strides):
+        item = arr.itemsize
+        if all(s % item == 0 for s in arr.strides):
+            span = sum((n - 1) * s for n, s in zip(arr.shape, arr.strides)) // item + 1
+            flat = np.lib.stride_tricks.as_strided(arr, shape=(span,), strides=(item,))
+            return {
+                "shape": list(arr.shape),
+                "dtype": name,
+                "strides": [s // item for s in arr.strides],
+                "data": base64.b64encode(flat.astype(little, copy=False).tobytes()).decode("ascii"),
+            }
+    data = np.ascontiguousarray(arr).astype(little, copy=False).tobytes()
+    return {"shape": list(arr.shape), "dtype": name, "data": base64.b64encode(data).decode("ascii")}
+
+
+def decode_tensor(obj: Any, where: str = "tensor") -> np.ndarray:
+    """The array a protocol tensor describes (a C-contiguous copy); ProtocolError if malformed."""
+    if not isinstance(obj, dict):
+        raise ProtocolError(f"{where}: expected an object with shape, dtype and data, got {type(obj).__name__}")
+    missing = [k for k in ("shape", "dtype", "data") if k not in obj]
+    if missing:
+        raise ProtocolError(f"{where}: missing {', '.join(missing)} (has {', '.join(sorted(obj)) or 'nothing'})")
+    shape = obj["shape"]
+    if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+        raise ProtocolError(f"{where}: shape must be a list of non-negative integers, got {shape!r}")
+    try:
+        dtype = dt.numpy_dtype(obj["dtype"])
+    except (KeyError, TypeError) as exc:
+        raise ProtocolError(f"{where}: {exc}") from None
+    if not isinstance(obj["data"], str):
+        raise ProtocolError(f"{where}: data must be a base64 string")
+    try:
+        raw = base64.b64decode(obj["data"], validate=True)
+    except ValueError as exc:
+        raise ProtocolError(f"{where}: data is not valid base64 ({exc})") from None
+    item = dtype.itemsize
+    if len(raw) % item:
+        raise ProtocolError(f"{where}: {len(raw)} data bytes is not a whole number of {obj['dtype']} elements")
+    flat = np.frombuffer(raw, dtype=_le(dtype)).astype(dtype, copy=False)
+    numel = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    strides = obj.get("strides")
+    if strides is None:
+        if flat.size != numel:
+            raise ProtocolError(f"{where}: shape {shape} needs {numel} elements, data has {flat.size}")
+        return flat.reshape(shape).copy()
+    if (
+        not isinstance(strides, list)
+        or len(strides) != len(shape)
+        or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in strides)
+    ):
+        raise ProtocolError(f"{where}: strides must be {len(shape)} non-negative integers (in elements)")
+    if numel == 0:
+        return np.empty(shape, dtype=dtype)
+    last = sum((n - 1) * s for n, s in zip(shape, strides))
+    if last >= flat.size:
+        raise ProtocolError(f"{where}: strides {strides} reach element {last}, data has {flat.size}")
+    view = np.lib.stride_tricks.as_strided(flat, shape=shape, strides=[s * item for s in strides])
+    return np.ascontiguousarray(view)
+
+
+def _tensor_text(arr: np.ndarray, strides: bool) -> str:
+    """One tensor as JSON text, assembled directly: base64 needs no escaping, so json.dumps would only scan it."""
+    t = encode_tensor(arr, strides=strides)
+    extra = f', "strides": {json.dumps(t["strides"])}' if "strides" in t else ""
+    return f'{{"shape": {json.dumps(t["shape"])}, "dtype": "{t["dtype"]}"{extra}, "data": "{t["data"]}"}}'
+
+
+def encode_request(inputs: dict[str, np.ndarray], kwargs: dict[str, Any], *, strides: bool = False) -> str:
+    body = ", ".join(f"{json.dumps(k)}: {_tensor_text(v, strides)}" for k, v in inputs.items())
+    return f'{{"inputs": {{{body}}}, "kwargs": {json.dumps(kwargs)}}}'
+
+
+def decode_request(text: str) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ProtocolError(f"request is not JSON: {exc}") from None
+    if not isinstance(obj, dict) or not isinstance(obj.get("inputs"), dict):
+        raise ProtocolError('request must be an object with "inputs"')
+    return {k: decode_tensor(v, f"input {k!r}") for k, v in obj["inputs"].items()}, obj.get("kwargs", {})
+
+
+def encode_response(outputs: dict[str, np.ndarray] | np.ndarray) -> str:
+    if isinstance(outputs, np.ndarray):
+        outputs = {"result": outputs}
+    return json.dumps({"outputs": {k: encode_tensor(v) for k, v in outputs.items()}})
+
+
+def decode_response(text: str) -> dict[str, np.ndarray]:
+    """Outputs of a script's stdout: exactly one JSON object, ``{"outputs": {...}}`` or a bare tensor."""
+    stripped = text.strip()
+    if not stripped:
+        raise ProtocolError("the script printed nothing on stdout (expected one JSON object)")
+    try:
+        obj = json.loads(stripped)
+    except json.JSONDecodeError as exc:
+        start = stripped.find("{")
+        if start > 0:
+            junk = stripped[:start].strip().splitlines()[-1][:120]
+            raise ProtocolError(
+                f"the script printed text before its JSON output: {junk!r} "
+                "(stdout must hold exactly one JSON object; print logs to stderr)"
+            ) from None
+        raise ProtocolError(
+            f"stdout is not one JSON object ({exc.msg} at char {exc.pos}): {stripped[:120]!r}"
+        ) from None
+    if isinstance(obj, dict) and "outputs" in obj:
+        outs = obj["outputs"]
+        if isinstance(outs, dict) and {"shape", "dtype", "data"} <= set(outs):
+            return {"result": decode_tensor(outs, "output")}
+        if not isinstance(outs, dict) or not outs:
+            raise ProtocolError('"outputs" must map output names to tensors')
+        return {k: decode_tensor(v, f"output {k!r}") for k, v in outs.items()}
+    if isinstance(obj, dict) and "error" in obj and "shape" not in obj:
+        raise ProtocolError(f"the script reported an error: {str(obj['error'])[:500]}")
+    return {"result": decode_tensor(obj, "output")}

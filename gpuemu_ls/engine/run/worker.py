@@ -1,0 +1,194 @@
+"""The worker process: hosts one op at a time and runs its cases with :func:`case.run_case`.
+
+Started by :mod:`supervisor` as ``python -m gpuemu_ls.engine.run.worker FD``, it talks over a socket
+(pickled messages, numpy buffers in binary) and never over stdout, which user code may scribble on.
+Before each phase of a case it says which phase (op / reference / compare) it enters, so that a
+crash or a hang is pinned on the right party. It dies with its parent (PR_SET_PDEATHSIG) and has its
+own process group, so nothing it starts outlives the supervisor.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import faulthandler
+import os
+import resource
+import signal
+import sys
+import traceback
+from multiprocessing.connection import Connection
+from pathlib import Path
+
+from ..cases.plan import CaseSpec
+from ..config.load import OpConfig, ValidationConfig
+from .case import CaseContext, CaseResult, run_case
+from .frameworks import get_adapter
+from .runners import CallableRunner, CallError, Runner, ScriptRunner
+
+
+def build_context(root: Path, op: OpConfig, validation: ValidationConfig) -> CaseContext:
+    """Load the op and its reference; CallError (kind ``import``) names file and line when that fails."""
+    adapter = get_adapter(op.framework) if op.module and op.execution_mode != "script_based" else get_adapter("numpy")
+    op_runner: Runner
+    if op.execution_mode == "script_based" or (op.module is None and op.op_script):
+        assert op.op_script is not None
+        op_runner = ScriptRunner(root, op.op_script, "op", strides=any(lay != "contiguous" for lay in op.layouts))
+    elif op.module is not None:
+        op_runner = CallableRunner(root, op.module, op.input_names, adapter, "op")
+    else:
+        raise CallError(
+            "import",
+            f"op {op.name!r} has nothing runnable here (execution_mode = "
+            f"{op.execution_mode!r}): run it through the Python API on the machine that has the kernel",
+        )
+    assert op.reference is not None
+    ref_runner: Runner
+    if op.reference_is_script:
+        ref_runner = ScriptRunner(root, op.reference, "reference")
+    else:
+        ref_runner = CallableRunner(root, op.reference, op.input_names, get_adapter("numpy"), "reference")
+    return CaseContext(root, op, validation, op_runner, ref_runner)
+
+
+def _kill_own_group(_signum: int, _frame: object) -> None:
+    os.killpg(0, signal.SIGKILL)  # this worker leads its process group: it and whatever the op started
+
+
+def _die_with_parent() -> None:
+    """When the supervisor dies (even by kill -9), take down this worker *and* what the op started.
+
+    The kernel sends SIGTERM (PR_SET_PDEATHSIG) and the handler kills the whole group; a worker stuck in C
+    code that holds the GIL still ends at its CPU limit (see _limit_cpu). Under the zygote, the zygote
+    does this instead when the supervisor's socket closes.
+    """
+    signal.signal(signal.SIGTERM, _kill_own_group)
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _apply_limits(memory_mb: int | None) -> None:
+    if memory_mb:
+        limit = memory_mb * 1024 * 1024
+        try:
+            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        except (ValueError, OSError):
+            pass
+
+
+def _limit_cpu(seconds: float) -> None:
+    """Let this case use ``seconds`` more CPU time (all threads), then SIGXCPU: a runaway loop ends even if
+    the supervisor's wall-clock timeout were not there."""
+    try:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+        soft = int(usage.ru_utime + usage.ru_stime + seconds) + 1
+        if hard != resource.RLIM_INFINITY:
+            soft = min(soft, hard)
+        resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+    except (ValueError, OSError):
+        pass
+
+
+CASE_MARK = "--- gpuemu: case seed="
+
+
+def _announce(conn: Connection, seed: int, phase: str, watchdog: float) -> None:
+    """Tell the supervisor a case left its op phase (a case starts in it), so a crash is blamed right.
+
+    Each phase gets the supervisor's full timeout, so the stack dump is re-armed to fire just before it:
+    a hung op or reference then leaves the line it is stuck on in the log (see validate.crash_site).
+    """
+    faulthandler.dump_traceback_later(watchdog, exit=False)
+    if phase != "op":
+        conn.send(("phase", seed, phase))
+
+
+def serve(conn: Connection) -> None:
+    """Answer messages until the supervisor says exit or goes away."""
+    ctx: CaseContext | None = None
+    cpu_seconds = 60.0
+    watchdog = 54.0
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return
+        tag = msg[0]
+        if tag == "exit":
+            return
+        if tag == "setup":
+            _, root, op, validation, cwd, calibration = msg
+            try:
+                os.chdir(cwd)
+                ctx = build_context(Path(root), op, validation)
+                ctx.calibration = calibration
+                timeout = op.timeout or validation.timeout
+                cpu_seconds = timeout * max(1, os.cpu_count() or 1) + 1.0
+                watchdog = max(0.05, 0.9 * timeout)
+                conn.send(("ready", {"op": ctx.op_runner.where, "reference": ctx.ref_runner.where}))
+            except CallError as exc:
+                ctx = None
+                conn.send(
+                    ("setup_error", {"kind": exc.kind, "message": exc.message, "file": exc.file, "line": exc.line})
+                )
+            except Exception as exc:  # e.g. a framework that is not installed
+                ctx = None
+                conn.send(
+                    (
+                        "setup_error",
+                        {"kind": "import", "message": f"{type(exc).__name__}: {exc}", "file": None, "line": None},
+                    )
+                )
+        elif tag == "case":
+            _, spec_dict, snapshot = msg
+            spec = CaseSpec.from_dict(spec_dict)
+            if ctx is None:
+                conn.send(("internal_error", "case before a successful setup"))
+                continue
+            _limit_cpu(cpu_seconds)
+            os.write(2, f"{CASE_MARK}{spec.seed} ---\n".encode())  # validate.crash_site reads from here on
+            try:
+                result = run_case(
+                    ctx, spec, snapshot, phase=lambda p, s=spec.seed, w=watchdog: _announce(conn, s, p, w)
+                )
+            except MemoryError:
+                result = CaseResult(
+                    spec.op, spec.seed, spec, "error", "out_of_memory", "the case ran out of memory (memory_limit_mb)"
+                )
+            except Exception as exc:  # a bug in the engine itself: report it, keep serving
+                result = CaseResult(
+                    spec.op,
+                    spec.seed,
+                    spec,
+                    "error",
+                    "internal_error",
+                    f"gpuemu internal error: {exc}\n{traceback.format_exc()}",
+                )
+            finally:
+                faulthandler.cancel_dump_traceback_later()
+            for c in result.comparisons:
+                c.mask = None  # diagnosis features are already taken; the mask stays here
+            conn.send(("result", result))
+
+
+def run(fd: int, memory_mb: int | None) -> None:
+    """Serve on the channel ``fd`` (stdout/stderr already point at the worker's log)."""
+    _apply_limits(memory_mb)
+    faulthandler.enable(all_threads=False)  # a segfault or abort leaves the Python stack in the log
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)  # user code that reads stdin gets EOF, not the protocol
+    serve(Connection(fd))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = argv if argv is not None else sys.argv[1:]
+    _die_with_parent()
+    run(int(args[0]), int(args[1]) if len(args) > 1 and args[1] != "0" else None)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""User-facing operations over the whole engine: the CI gate, minimize, calibrate, reproduce, init."""

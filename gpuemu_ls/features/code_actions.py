@@ -1,0 +1,117 @@
+"""Code actions and code lenses for gpuemu diagnostics."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from lsprotocol import types as lsp
+
+from ..engine.config.edits import pin_seed
+from ..engine.errors import UsageError
+from ..session.workspace import WorkspaceSession
+from .ranges import op_header_range, op_target
+
+REPRODUCE, MINIMIZE, CALIBRATE = "gpuemu.reproduce", "gpuemu.minimize", "gpuemu.calibrate"
+RUN_OP, RUN_ALL, RUN_QUICK, RUN_THOROUGH = "gpuemu.runOp", "gpuemu.runAll", "gpuemu.runQuick", "gpuemu.runThorough"
+COMMANDS = (REPRODUCE, MINIMIZE, CALIBRATE, RUN_OP, RUN_ALL, RUN_QUICK, RUN_THOROUGH)
+
+
+def _whole(text: str) -> lsp.Range:
+    lines = text.split("\n")
+    return lsp.Range(lsp.Position(0, 0), lsp.Position(len(lines) - 1, len(lines[-1])))
+
+
+def code_actions(session: WorkspaceSession, diagnostics: list[lsp.Diagnostic], toml_text: str) -> list[lsp.CodeAction]:
+    """Actions for the gpuemu diagnostics under the cursor."""
+    actions: list[lsp.CodeAction] = []
+    cfg = session.config
+    seen: set[tuple[str, int | None]] = set()
+    for d in diagnostics:
+        data: dict[str, Any] = d.data if isinstance(d.data, dict) else {}
+        op_name, seed = data.get("op"), data.get("seed")
+        if d.source != "gpuemu" or not op_name or (op_name, seed) in seen:
+            continue
+        seen.add((op_name, seed))
+        args = [{"workspace": str(session.root), "op": op_name, "seed": seed}]
+        if seed is not None:
+            actions.append(
+                lsp.CodeAction(
+                    f"Reproduce failure of {op_name} (seed {seed})",
+                    kind=lsp.CodeActionKind.QuickFix,
+                    diagnostics=[d],
+                    command=lsp.Command("Reproduce failure", REPRODUCE, arguments=args),
+                    is_preferred=True,
+                )
+            )
+            actions.append(
+                lsp.CodeAction(
+                    f"Minimize test case of {op_name} (seed {seed})",
+                    kind=lsp.CodeActionKind.QuickFix,
+                    diagnostics=[d],
+                    command=lsp.Command("Minimize test case", MINIMIZE, arguments=args),
+                )
+            )
+            if cfg is not None:
+                try:
+                    op = cfg.op(op_name)
+                    new = pin_seed(toml_text, op.index, op.name, int(seed))
+                except (KeyError, UsageError, Exception):
+                    new = None
+                if new is not None and new != toml_text:
+                    edit = lsp.WorkspaceEdit(changes={cfg.path.as_uri(): [lsp.TextEdit(_whole(toml_text), new)]})
+                    actions.append(
+                        lsp.CodeAction(
+                            f"Pin seed {seed} as a regression case of {op_name}",
+                            kind=lsp.CodeActionKind.QuickFix,
+                            diagnostics=[d],
+                            edit=edit,
+                        )
+                    )
+        if data.get("failureKind") in ("mismatch", None) or seed is None:
+            actions.append(
+                lsp.CodeAction(
+                    f"Apply calibrated tolerance to {op_name} (only if the op is known to be correct)",
+                    kind=lsp.CodeActionKind.QuickFix,
+                    diagnostics=[d],
+                    command=lsp.Command(
+                        "Apply calibrated tolerance",
+                        CALIBRATE,
+                        arguments=[{"workspace": str(session.root), "op": op_name}],
+                    ),
+                )
+            )
+    return actions
+
+
+LENS_ICON = {"passed": "✓", "failed": "✗", "error": "!", "not_run": "○"}
+
+
+def code_lenses(session: WorkspaceSession, path: Path, running: dict[str, str]) -> list[lsp.CodeLens]:
+    """A status line above each op entry in gpuemu.toml and above each op function."""
+    cfg = session.config
+    if cfg is None:
+        return []
+    lenses = []
+    for op in cfg.ops:
+        if path.resolve() == cfg.path.resolve():
+            rng = op_header_range(cfg, op)
+        else:
+            target = op_target(cfg, op)
+            if target is None or target[0].resolve() != path.resolve():
+                continue
+            rng = target[1]
+        view = session.view("op", op.name)
+        if op.name in running:
+            title = f"● gpuemu {op.name}: {running[op.name]}"
+        elif view is None:
+            title = f"○ gpuemu {op.name}: not run yet, run"
+        else:
+            title = f"{LENS_ICON.get(view.status, '?')} gpuemu {op.name}: {view.message} (run again)"
+        lenses.append(
+            lsp.CodeLens(
+                lsp.Range(rng.start, rng.start),
+                lsp.Command(title, RUN_OP, arguments=[{"workspace": str(session.root), "op": op.name}]),
+            )
+        )
+    return lenses

@@ -1,0 +1,269 @@
+"""Results -> LSP diagnostics, per file, for one workspace.
+
+Where they go: config problems at their position in gpuemu.toml; each failing op on its ``[[ops]]``
+entry and on the op function (or script), or on the exact line an exception or crash came from; a
+reference that failed on the reference; lint findings and nvcc messages on their ``.cu`` lines.
+``code`` is the failure kind (stable), ``data`` carries op, seed, dtype, shapes, layout and what the
+code actions need.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from lsprotocol import types as lsp
+
+from ..engine.config.load import Config, OpConfig
+from ..engine.report.lines import KIND_TEXT, replay_command
+from ..session.workspace import OpView, WorkspaceSession
+from .ranges import kernel_header_range, line_range, op_header_range, op_target, problem_range, reference_target
+
+SOURCE = "gpuemu"
+NUMERIC = ("mismatch", "unexpected_nan", "unexpected_inf", "missing_nan")
+
+
+def _severity(status: str) -> lsp.DiagnosticSeverity:
+    return lsp.DiagnosticSeverity.Warning if status == "not_run" else lsp.DiagnosticSeverity.Error
+
+
+def _shapes(row: dict[str, Any]) -> dict[str, list[int]]:
+    return json.loads(row.get("shapes") or "{}")
+
+
+def _shape_text(shapes: dict[str, list[int]]) -> str:
+    return " ".join(f"{k}={v}" for k, v in shapes.items())
+
+
+def _error_vs_tolerance(row: dict[str, Any]) -> str:
+    kind = row.get("kind")
+    tol = json.loads(row["tolerance"]) if row.get("tolerance") else None
+    if kind in NUMERIC and row.get("max_abs") is not None:
+        detail = json.loads(row.get("detail") or "{}")
+        comps = detail.get("comparisons", [])
+        nan = sum(c.get("unexpected_nan", 0) for c in comps)
+        inf = sum(c.get("unexpected_inf", 0) for c in comps)
+        text = f"max abs err {row['max_abs']:.3g}"
+        if tol:
+            text += f" vs atol={tol[0]:g} rtol={tol[1]:g}"
+        ratio = row.get("max_ratio")
+        if isinstance(ratio, (int, float)) and 0 < ratio < 1e299:
+            text += f" ({ratio:.3g}x tolerance)"
+        if nan:
+            text += f"; {nan} NaN where the reference is finite"
+        if inf:
+            text += f"; {inf} inf where the reference is finite"
+        return text
+    msg = (row.get("message") or "").strip().splitlines()
+    return msg[0][:300] if msg else (kind or "")
+
+
+def failure_data(session: WorkspaceSession, view: OpView, row: dict[str, Any]) -> dict[str, Any]:
+    shapes = _shapes(row)
+    mini = view.minimized.get(row["seed"])
+    return {
+        "workspace": str(session.root),
+        "op": view.name,
+        "kind": "op",
+        "status": row["status"],
+        "failureKind": row["kind"],
+        "seed": row["seed"],
+        "dtype": row["dtype"],
+        "shapes": shapes,
+        "layout": row["layout"],
+        "distribution": row["distribution"],
+        "strategy": row["strategy"],
+        "runId": row["run_id"],
+        "replay": replay_command(view.name, row["seed"]),
+        "minimized": mini["shapes"] if mini else None,
+    }
+
+
+def failure_message(view: OpView, row: dict[str, Any], count: int) -> str:
+    kind = row["kind"] or row["status"]
+    head = (
+        f"{view.name}: {KIND_TEXT.get(kind, kind)} [{kind}] in {count}/{view.cases} cases: {_error_vs_tolerance(row)}"
+    )
+    lines = [
+        head,
+        f"seed {row['seed']}: {row['dtype']} {_shape_text(_shapes(row))} layout={row['layout']} "
+        f"dist={row['distribution']}",
+    ]
+    mini = view.minimized.get(row["seed"])
+    if mini:
+        lines.append(f"minimized: {_shape_text(mini['shapes'])}")
+    if view.diagnosis:
+        lines.append(f"diagnosis: {view.diagnosis}")
+    lines.append(f"replay: {replay_command(view.name, row['seed'])}")
+    return "\n".join(lines)
+
+
+def _first_per_kind(view: OpView) -> list[tuple[dict[str, Any], int]]:
+    firsts: dict[str, dict[str, Any]] = {}
+    counts: dict[str, int] = defaultdict(int)
+    for row in view.failures:
+        k = row["kind"] or row["status"]
+        counts[k] += 1
+        firsts.setdefault(k, row)
+    return [(row, counts[k]) for k, row in firsts.items()]
+
+
+def _in_workspace(session: WorkspaceSession, file: str | None) -> Path | None:
+    if not file:
+        return None
+    p = Path(file)
+    p = p if p.is_absolute() else session.root / p
+    try:
+        return p.resolve() if p.resolve().is_relative_to(session.root) and p.exists() else None
+    except OSError:
+        return None
+
+
+def _op_diagnostics(
+    session: WorkspaceSession, cfg: Config, op: OpConfig, view: OpView, out: dict[Path, list[lsp.Diagnostic]]
+) -> None:
+    toml_range = op_header_range(cfg, op)
+    related = [lsp.DiagnosticRelatedInformation(lsp.Location(cfg.path.as_uri(), toml_range), f"op {op.name}")]
+    if view.status == "not_run" or (view.status == "error" and not view.failures):
+        setup = view.detail.get("setup_error") or {}
+        msg = f"{op.name}: {view.status.replace('_', ' ')}: {view.message}"
+        data = {"workspace": str(session.root), "op": op.name, "kind": "op", "status": view.status}
+        code = setup.get("kind", view.status)
+        out[cfg.path].append(
+            lsp.Diagnostic(toml_range, msg, _severity(view.status), code=str(code), source=SOURCE, data=data)
+        )
+        where = _in_workspace(session, setup.get("file"))
+        if where is not None:
+            out[where].append(
+                lsp.Diagnostic(
+                    line_range(where, setup.get("line") or 1),
+                    msg,
+                    lsp.DiagnosticSeverity.Error,
+                    code=str(code),
+                    source=SOURCE,
+                    data=data,
+                    related_information=related,
+                )
+            )
+        return
+    for row, count in _first_per_kind(view):
+        data = failure_data(session, view, row)
+        message = failure_message(view, row, count)
+        code = row["kind"] or row["status"]
+        out[cfg.path].append(
+            lsp.Diagnostic(toml_range, message, _severity(row["status"]), code=code, source=SOURCE, data=data)
+        )
+        detail = json.loads(row.get("detail") or "{}")
+        at = _in_workspace(session, detail.get("file"))
+        if at is not None and detail.get("line"):  # an exception or crash: the line it came from
+            out[at].append(
+                lsp.Diagnostic(
+                    line_range(at, int(detail["line"])),
+                    message,
+                    lsp.DiagnosticSeverity.Error,
+                    code=code,
+                    source=SOURCE,
+                    data=data,
+                    related_information=related,
+                )
+            )
+            continue
+        target = reference_target(cfg, op) if (code or "").startswith("reference_") else op_target(cfg, op)
+        if target is not None and target[0].resolve() != cfg.path.resolve():
+            out[target[0].resolve()].append(
+                lsp.Diagnostic(
+                    target[1],
+                    message,
+                    _severity(row["status"]),
+                    code=code,
+                    source=SOURCE,
+                    data=data,
+                    related_information=related,
+                )
+            )
+
+
+def _kernel_diagnostics(
+    session: WorkspaceSession, cfg: Config, index: int, view: OpView, out: dict[Path, list[lsp.Diagnostic]]
+) -> None:
+    entry = view.detail or {}
+    name = view.name
+    data = {"workspace": str(session.root), "kernel": name, "kind": "kernel", "status": view.status}
+    for f in entry.get("findings", []):
+        file = _in_workspace(session, f.get("file"))
+        if file is None:
+            continue
+        line = int(f.get("line") or 1)
+        rng = line_range(file, line)
+        if f.get("column"):
+            start = int(f["column"]) - 1
+            end = int(f.get("end_column") or f["column"]) - 1
+            rng = lsp.Range(
+                lsp.Position(line - 1, start), lsp.Position(int(f.get("end_line") or line) - 1, max(end, start + 1))
+            )
+        sev = lsp.DiagnosticSeverity.Error if f.get("severity") == "error" else lsp.DiagnosticSeverity.Warning
+        out[file].append(
+            lsp.Diagnostic(
+                rng,
+                f"{name}: {f.get('message')}",
+                sev,
+                code=f.get("code"),
+                source=SOURCE,
+                data={**data, "finding": f.get("code")},
+            )
+        )
+    if view.status != "passed":
+        msg = f"kernel {name}: {view.status.replace('_', ' ')}: {entry.get('message') or view.message}"
+        errors = [f for f in entry.get("findings", []) if f.get("severity") == "error"]
+        if errors:
+            msg += f" ({len(errors)} lint error(s), first: {errors[0].get('message')})"
+        out[cfg.path].append(
+            lsp.Diagnostic(
+                kernel_header_range(cfg, index), msg, _severity(view.status), code=view.status, source=SOURCE, data=data
+            )
+        )
+
+
+def workspace_diagnostics(session: WorkspaceSession, *, trusted: bool = True) -> dict[Path, list[lsp.Diagnostic]]:
+    """Every diagnostic of a workspace, by absolute file path (files without any get an empty list)."""
+    out: dict[Path, list[lsp.Diagnostic]] = defaultdict(list)
+    config_path = session.config_path
+    for p in session.problems:
+        hint = f"\nhint: {p.hint}" if p.hint else ""
+        out[Path(p.file).resolve() if p.file else config_path].append(
+            lsp.Diagnostic(
+                problem_range(p), p.message + hint, lsp.DiagnosticSeverity.Error, code="config-error", source=SOURCE
+            )
+        )
+    for p in session.warnings:
+        hint = f"\nhint: {p.hint}" if p.hint else ""
+        out[Path(p.file).resolve() if p.file else config_path].append(
+            lsp.Diagnostic(
+                problem_range(p), p.message + hint, lsp.DiagnosticSeverity.Warning, code="config-warning", source=SOURCE
+            )
+        )
+    cfg = session.config
+    if cfg is None:
+        return out
+    if not trusted:
+        out[config_path].append(
+            lsp.Diagnostic(
+                lsp.Range(lsp.Position(0, 0), lsp.Position(0, 1)),
+                "gpuemu: this workspace is not trusted, so its ops are not run (configuration is still checked)",
+                lsp.DiagnosticSeverity.Information,
+                code="untrusted",
+                source=SOURCE,
+            )
+        )
+        return out
+    for op in cfg.ops:
+        view = session.view("op", op.name)
+        if view is not None and view.status != "passed":
+            _op_diagnostics(session, cfg, op, view, out)
+    for i, k in enumerate(cfg.kernels):
+        view = session.view("kernel", k.name)
+        if view is not None:
+            _kernel_diagnostics(session, cfg, i, view, out)
+    return out
