@@ -35,7 +35,7 @@ from .engine.report.results import (
 )
 from .engine.run.validate import RunOptions, plan_op, replay_spec, run_validation
 from .engine.store.db import Store, StoreError
-from .engine.tools.calibrate import calibrate, write_tolerances
+from .engine.tools.calibrate import CalibrationRefused, calibrate, write_tolerances
 from .engine.tools.gate import GateOptions, run_gate
 from .engine.tools.minimize import describe, minimize, store_minimized
 from .engine.tools.repro import write_repro
@@ -231,6 +231,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=seed_arg, metavar="N")
     p.add_argument("--parallel", "--jobs", "-j", type=int, dest="jobs", default=1, metavar="N")
     p.add_argument("--write", action="store_true", help="write the proposal into [ops.tolerances] of gpuemu.toml")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="propose (and write) even when the failures look like a bug rather than rounding (warns)",
+    )
     p.add_argument("--format", choices=("text", "json"), default="text")
 
     p = sub.add_parser("lint", help="compile [[kernels]] (or .cu/.ptx files) and lint their PTX/SASS")
@@ -681,16 +686,26 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     cfg = _config(args)
     name = _ops(cfg, [args.op])[0]
     op = cfg.op(name)
-    proposals = calibrate(
-        cfg,
-        op,
-        dtypes=args.dtype,
-        iterations=args.iterations,
-        method=args.method,
-        factor=args.factor,
-        seed=args.seed,
-        jobs=args.jobs,
-    )
+    try:
+        proposals = calibrate(
+            cfg,
+            op,
+            dtypes=args.dtype,
+            iterations=args.iterations,
+            method=args.method,
+            factor=args.factor,
+            seed=args.seed,
+            jobs=args.jobs,
+            force=args.force,
+        )
+    except CalibrationRefused as exc:
+        if args.format == "json":
+            print(json.dumps({"schema": 1, "op": name, "refused": exc.reasons, "written": False}, indent=2))
+        print(f"gpuemu: {exc}", file=sys.stderr)
+        return EXIT_FAIL
+    for p in proposals:
+        for reason in p.refusal:
+            print(f"gpuemu: warning: --force: {p.dtype}: {reason}", file=sys.stderr)
     if args.write:
         write_tolerances(cfg, op, proposals)
     if args.format == "json":

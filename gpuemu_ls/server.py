@@ -954,8 +954,9 @@ async def _minimize(ls: GpuemuServer, s: WorkspaceSession, op_name: str, seed: i
 
 
 async def _calibrate(ls: GpuemuServer, s: WorkspaceSession, op_name: str, iterations: int) -> dict[str, Any]:
-    from .engine.config.edits import set_tolerances
-    from .engine.tools.calibrate import calibrate
+    """Calibrate, then show the edit and ask before applying it; a calibration that would hide a bug is
+    refused with its reason and offers nothing to apply."""
+    from .engine.tools.calibrate import CalibrationRefused, calibrate, tolerance_text
 
     cfg = s.config
     assert cfg is not None
@@ -964,9 +965,27 @@ async def _calibrate(ls: GpuemuServer, s: WorkspaceSession, op_name: str, iterat
     def work(job: Job) -> list[Any]:
         return calibrate(cfg, op, iterations=iterations)
 
-    proposals = await _with_progress(ls, s, f"gpuemu: calibrate {op_name}", work)
+    try:
+        proposals = await _with_progress(ls, s, f"gpuemu: calibrate {op_name}", work)
+    except CalibrationRefused as exc:
+        ls.message(f"gpuemu: {exc}", lsp.MessageType.Error)
+        return {"refused": exc.reasons, "applied": False}
     text = ls._toml_text(s)
-    new = set_tolerances(text, op.index, op.name, {p.dtype: (p.atol, p.rtol) for p in proposals})
+    new = tolerance_text(cfg, op, proposals, text)
+    change = "; ".join(
+        f"{p.dtype}: atol {p.current[0]:g} -> {p.atol:.2g}, rtol {p.current[1]:g} -> {p.rtol:.2g}" for p in proposals
+    )
+    answer = await ls.window_show_message_request_async(
+        lsp.ShowMessageRequestParams(
+            lsp.MessageType.Warning,
+            f"gpuemu: set the tolerance of {op_name} in gpuemu.toml? {change}. "
+            "Only for an op known to be correct: a wider tolerance hides errors.",
+            actions=[lsp.MessageActionItem("Apply"), lsp.MessageActionItem("Cancel")],
+        )
+    )
+    proposed = {"proposals": [p.to_dict() for p in proposals], "change": change}
+    if getattr(answer, "title", None) != "Apply":
+        return {**proposed, "applied": False}
     lines = text.split("\n")
     edit = lsp.WorkspaceEdit(
         changes={
@@ -976,7 +995,7 @@ async def _calibrate(ls: GpuemuServer, s: WorkspaceSession, op_name: str, iterat
         }
     )
     applied = await ls.workspace_apply_edit_async(lsp.ApplyWorkspaceEditParams(edit, label=f"calibrate {op_name}"))
-    return {"proposals": [p.to_dict() for p in proposals], "applied": bool(getattr(applied, "applied", False))}
+    return {**proposed, "applied": bool(getattr(applied, "applied", False))}
 
 
 def serve_main(argv: Sequence[str]) -> int:

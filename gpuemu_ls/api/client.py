@@ -26,12 +26,14 @@ import numpy as np
 from ..engine import dtypes as dt
 from ..engine.cases.generate import generate_inputs
 from ..engine.cases.plan import CaseSpec, derive_case, iter_seeds, mode_filter
-from ..engine.config.load import CONFIG_NAME, Config, OpConfig, find_workspace, load_config, resolve_tolerance
+from ..engine.config.load import CONFIG_NAME, Config, OpConfig, find_workspace, load_config
 from ..engine.errors import ConfigError, Problem, UsageError
+from ..engine.oracle.outcome import OpOutcome
 from ..engine.run.case import CaseContext, CaseResult, run_case
+from ..engine.run.confirm import variant_spec
 from ..engine.run.frameworks import Adapter, get_adapter, to_numpy_any
 from ..engine.run.runners import CallableRunner, CallError, Runner, ScriptRunner
-from ..engine.run.validate import OpOutcome, config_hash, op_status, plan_op
+from ..engine.run.validate import config_hash, op_status, plan_op
 from ..engine.store.db import Store
 from .results import USER_SEED_BASE, FuzzResult, TestCase, ValidationError, ValidationResult
 from .runners import ClientRunner, PrecomputedRunner
@@ -56,6 +58,7 @@ class _RunState:
     elapsed: dict[str, float] = field(default_factory=dict)
     snapshots: dict[str, int] = field(default_factory=dict)
     status: dict[str, str] = field(default_factory=dict)
+    probes: dict[str, list[CaseResult]] = field(default_factory=dict)  # diagnosis' confirmation cases
     shared: bool = False  # other processes write into this run too: verdicts come from the store
 
 
@@ -390,20 +393,21 @@ class Client:
         seed: int | None = None,
         write: bool = False,
         framework: str | None = None,
+        force: bool = False,
     ) -> list[Any]:
         """Propose (atol, rtol) per dtype from the errors a known-good ``run_op`` makes, as ``gpuemu calibrate``.
 
         Returns :class:`~gpuemu_ls.engine.tools.calibrate.Proposal` objects; ``write=True`` puts them into
         the op's ``[ops.tolerances]`` in gpuemu.toml (comments kept) and reloads the configuration.
-        Nothing is stored: a calibration is not a verdict.
+        Raises :class:`~gpuemu_ls.engine.tools.calibrate.CalibrationRefused` when the failures look like a
+        bug rather than rounding (the same rule as the CLI; ``force=True`` overrides it). Nothing is
+        stored: a calibration is not a verdict.
         """
+        from ..engine.oracle.diagnose import condition_of, confirm
         from ..engine.tools import calibrate as cal
 
         o = self.op(op)
-        if method not in cal.METHODS:
-            raise UsageError(f"method {method!r}: use one of {', '.join(cal.METHODS)}")
-        if factor <= 0:
-            raise UsageError("factor must be > 0")
+        cal.check_factor(method, factor)
         chosen = _names(dtypes) if dtypes is not None else list(o.dtypes)
         for d in chosen:
             if d not in o.dtypes:
@@ -413,7 +417,12 @@ class Client:
         for d in chosen:
             specs = plan_op(self.config, o, "thorough", iterations, seed, mode_filter(o, dtypes=(d,)))
             cases = [self._run_one(ctx, s, None) for s in specs]
-            proposals.append(_proposal(self.config, o, d, cases, method, factor))
+            probes = confirm(cases, o, lambda base, changes: self._run_one(ctx, variant_spec(o, base, changes), None))
+            condition = condition_of(cases, probes)
+            proposals.append(cal.propose(self.config, o, d, cases, method, factor, condition))
+        reasons = [f"{p.dtype}: {r}" for p in proposals for r in p.refusal]
+        if reasons and not force:
+            raise cal.CalibrationRefused(o.name, reasons)
         if write and proposals:
             cal.write_tolerances(self.config, o, proposals)
             self.reload()
@@ -577,7 +586,8 @@ class Client:
             if fail_fast and result.status != "passed":
                 stopped = "fail-fast"
                 break
-        return self._conclude(run, op, cases, len(specs), stopped, time.monotonic() - start)
+        probe = lambda base, changes: self._run_one(ctx, variant_spec(op, base, changes), None)  # noqa: E731
+        return self._conclude(run, op, cases, len(specs), stopped, time.monotonic() - start, probe=probe)
 
     def _run_isolated(self, op: OpConfig, specs: list[CaseSpec], *, mode: str, fail_fast: bool) -> FuzzResult:
         from ..engine.run.validate import RunOptions, run_validation
@@ -605,15 +615,24 @@ class Client:
         stopped: str | None,
         elapsed: float,
         outcome: OpOutcome | None = None,
+        probe: Any = None,
     ) -> FuzzResult:
-        from ..engine.oracle.diagnose import diagnose_cases
+        """The op's result over ``cases``; ``probe`` runs the diagnosis' confirmation cases in this process
+        (an isolated run's outcome was diagnosed, confirmation included, in its worker)."""
+        from ..engine.oracle.diagnose import confirm, diagnose_cases
 
         status = op_status(cases)
         message = ""
         if outcome is not None and outcome.setup_error:  # an isolated run could not load the op
             status = "failed" if status == "failed" else "error"
             message = outcome.message
-        diagnosis = diagnose_cases(cases, op, self.root)
+        probes = confirm(cases, op, probe) if probe is not None and status in ("failed", "error") else None
+        if outcome is not None and outcome.diagnosis:
+            diagnosis = outcome.diagnosis
+        else:
+            diagnosis = diagnose_cases(cases, op, self.root, probes)
+        if run is not None and probes:
+            run.probes.setdefault(op.name, []).extend(probes)
         with self._lock:
             if run is not None:
                 self._record(
@@ -762,8 +781,8 @@ class Client:
                 elapsed=run.elapsed[op.name],
                 stopped=run.stopped.get(op.name),
             )
-            outcome.message = message or _op_message(outcome)
-            outcome.diagnosis = diagnose_cases(all_cases, op, self.root)
+            outcome.message = message or outcome.summary()
+            outcome.diagnosis = diagnose_cases(all_cases, op, self.root, run.probes.get(op.name))
             self.store.add_op_result(
                 run.id,
                 op.name,
@@ -823,18 +842,6 @@ def _own_module(root: Path, ref: str) -> str:
     return ref
 
 
-def _op_message(o: OpOutcome) -> str:
-    n = len(o.cases)
-    parts = [f"{o.count('passed')}/{n} passed"]
-    if o.count("failed"):
-        parts.append(f"{o.count('failed')} failed")
-    if o.count("error"):
-        parts.append(f"{o.count('error')} errors")
-    if o.stopped:
-        parts.append(f"stopped: {o.stopped}")
-    return ", ".join(parts)
-
-
 def _slim(c: CaseResult) -> None:
     """Drop what a stored case no longer needs in memory: mismatch masks (diagnosis features are taken)."""
     for cmp in c.comparisons:
@@ -885,39 +892,6 @@ def _user_spec(op: OpConfig, logical: dict[str, np.ndarray], layout: str) -> Cas
     seed = USER_SEED_BASE + int.from_bytes(h.digest()[:5], "little")
     shapes = {n: tuple(int(x) for x in a.shape) for n, a in logical.items()}
     return CaseSpec(op.name, seed, "user", dtype, layout, "user", dims, shapes, {n: "user" for n in logical})
-
-
-def _proposal(config: Config, op: OpConfig, dtype: str, cases: list[CaseResult], method: str, factor: float) -> Any:
-    """The calibration proposal for one dtype from its cases (the rule of ``engine.calibrate.calibrate``)."""
-    from ..engine.tools import calibrate as cal
-
-    small, large, excluded = [], [], 0
-    for c in cases:
-        numeric = [cmp for cmp in c.comparisons if cmp.kind in (None, "mismatch")]
-        if (
-            c.status == "error"
-            or not numeric
-            or c.kind in ("unexpected_nan", "unexpected_inf", "missing_nan", "shape_mismatch", "dtype_mismatch")
-        ):
-            excluded += 1
-            continue
-        small.append(max(cmp.max_abs_small for cmp in numeric))
-        large.append(max(cmp.max_rel_large for cmp in numeric))
-    out_dtype = op.output_dtype or dtype
-    atol = cal.round_up(cal._stat(small, method) * factor)
-    rtol = cal.round_up(
-        max(
-            cal._stat(large, method) * factor,
-            dt.FLOAT_INFO[out_dtype].unit_roundoff if out_dtype in dt.FLOAT_INFO else 0.0,
-        )
-    )
-    current = resolve_tolerance(op, config.validation, out_dtype)
-    p = cal.Proposal(dtype, len(cases), atol, rtol, current, excluded=excluded)
-    for label, vals in (("abs_err_small_ref", small), ("rel_err_large_ref", large)):
-        p.observed[label] = {m: cal._stat(vals, m) for m in ("p50", "p95", "max")}
-    p.failing_now = sum(1 for c in cases if c.status == "failed")
-    p.failing_proposed = sum(1 for s_, l_ in zip(small, large) if s_ > atol or l_ > rtol)
-    return p
 
 
 class Check:

@@ -12,8 +12,8 @@ import numpy as np
 
 from ..engine.cases.plan import CaseSpec
 from ..engine.errors import GpuemuError
+from ..engine.oracle.outcome import CaseResult
 from ..engine.report.lines import KIND_TEXT, case_line, replay_command
-from ..engine.run.case import CaseResult
 
 #: Seeds at or above this name cases whose inputs the user supplied (``validate_op``), not generated ones.
 USER_SEED_BASE = 1 << 40

@@ -18,7 +18,7 @@ from typing import Any
 from .. import __version__
 from ..engine.cases.plan import CaseSpec
 from ..engine.config.load import Config
-from ..engine.run.case import CaseResult
+from ..engine.oracle.outcome import CaseResult
 from ..engine.store.db import Store
 from .replay import stored_comparisons
 
@@ -75,7 +75,8 @@ def store_verdict(
 ) -> str:
     """Recompute ``op_name``'s verdict over every case of ``run_id`` in the store and write it; returns the status."""
     from ..engine.oracle.diagnose import diagnose_cases
-    from ..engine.run.validate import OpOutcome, op_status
+    from ..engine.oracle.outcome import OpOutcome
+    from ..engine.run.validate import op_status
 
     rows = store.cases(run_id=run_id, op=op_name)
     cases = [c for c in (case_from_row(r) for r in rows) if c is not None]

@@ -68,7 +68,7 @@ def code_actions(session: WorkspaceSession, diagnostics: list[lsp.Diagnostic], t
                             edit=edit,
                         )
                     )
-        if data.get("failureKind") in ("mismatch", None) or seed is None:
+        if (data.get("failureKind") in ("mismatch", None) or seed is None) and not looks_like_bug(session, op_name):
             actions.append(
                 lsp.CodeAction(
                     f"Apply calibrated tolerance to {op_name} (only if the op is known to be correct)",
@@ -115,3 +115,17 @@ def code_lenses(session: WorkspaceSession, path: Path, running: dict[str, str]) 
             )
         )
     return lenses
+
+
+def looks_like_bug(session: WorkspaceSession, op_name: str) -> bool:
+    """Whether the op's last failures are a bug rather than rounding (calibration's refusal rule): then no
+    tolerance action is offered at all."""
+    from ..engine.tools.calibrate import BUG_CONDITIONS, NONFINITE
+
+    view = session.view("op", op_name)
+    if view is None:
+        return False
+    cond = (view.detail or {}).get("condition") or {}
+    if cond.get("confirmed") and set(str(cond.get("kind", "")).split("+")) & set(BUG_CONDITIONS):
+        return True
+    return any(f.get("kind") in NONFINITE for f in view.failures)

@@ -59,8 +59,9 @@ def op_hover(view: OpView | None, name: str, running: str | None = None) -> str:
         row = view.failures[0]
         shapes = " ".join(f"{k}={s}" for k, s in json.loads(row["shapes"] or "{}").items())
         tol = json.loads(row["tolerance"]) if row.get("tolerance") else None
-        err = f"max abs err {row['max_abs']:.3g}" if row.get("max_abs") is not None else (row.get("message") or "")
-        if tol and row.get("max_abs") is not None:
+        numeric = row.get("max_abs") is not None and row.get("kind") == "mismatch"
+        err = f"max abs err {row['max_abs']:.3g}" if numeric else (row.get("message") or "").split("\n")[0]
+        if tol and numeric:
             err += f" vs atol={tol[0]:g} rtol={tol[1]:g}"
         lines += [
             "",

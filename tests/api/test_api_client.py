@@ -62,8 +62,8 @@ def test_fuzz_correct_op_passes_and_records_a_fuzz_run(client_ws: Path) -> None:
     assert (verdict["op"], verdict["status"], verdict["cases"], verdict["passed"]) == ("softmax", "passed", 12, 12)
     assert detail(verdict)["mode"] == "fuzz" and detail(verdict)["client_side"] is True
     cases = rows(db(client_ws), "SELECT seed FROM cases WHERE run_id = ? ORDER BY seed", (run["id"],))
-    seeds = [r["seed"] for r in cases]  # from the seed upward; a later seed or two may stand in for the last
-    assert len(seeds) == 12 and seeds == sorted(set(seeds)) and seeds[:8] == list(range(8))  # (every dim's minimum)
+    seeds = [r["seed"] for r in cases]  # from the seed upward; later seeds stand in for some (coverage rules)
+    assert len(seeds) == 12 and seeds == sorted(set(seeds)) and seeds[0] == 0
 
 
 def test_fuzz_buggy_op_fails_with_seed_dtype_shape_and_replay(client_ws: Path) -> None:
@@ -81,7 +81,9 @@ def test_fuzz_buggy_op_fails_with_seed_dtype_shape_and_replay(client_ws: Path) -
     text = str(f)
     assert f"seed={f.seed}" in text and "replay: gpuemu" in text and ".reproduce('softmax'" in text
     assert result.diagnosis.startswith("fails ")
-    assert {x.distribution for x in result.failures} <= {"large", "boundary", "special"}
+    # exp(x) without max-subtraction: overflow at large magnitudes, 0/0 once a whole row underflows
+    overflowing = {"large", "boundary", "special", "mixed_magnitude", "positive", "wide", "underflow_rows"}
+    assert {x.distribution for x in result.failures} <= overflowing
     # every failing case kept its input snapshot in the store
     stored = rows(db(client_ws), "SELECT seed, status, snapshot_id FROM cases WHERE status != 'passed'")
     assert sorted(r["seed"] for r in stored) == sorted(x.seed for x in result.failures)
@@ -310,14 +312,15 @@ def test_test_op_runs_the_cases_of_gpuemu_test(client_ws: Path) -> None:
         isolated = c.test_op("softmax_mod", isolate=True, dtypes=["float32"])
     assert [x.seed for x in thorough.cases] == [s.seed for s in plan_op(cfg, op, "thorough", None, None)]
     assert [x.seed for x in quick.cases] == [s.seed for s in plan_op(cfg, op, "quick", None, None)]
-    assert {x.spec.dtype for x in quick.cases} == {"float32"}
+    # float32, and a few half-precision cases for the dtypes the op lists ([ci] quick_dtypes unset)
+    assert [x.spec.dtype for x in quick.cases].count("float32") > len(quick.cases) // 2
     assert f16.total > 0 and {x.spec.dtype for x in f16.cases} == {"float16"}
     assert isolated.ok and isolated.total > 0 and {x.spec.dtype for x in isolated.cases} == {"float32"}
 
 
 def test_calibrate_tolerance_matches_gpuemu_calibrate_and_writes_back(client_ws: Path) -> None:
     """A float16-intermediate softmax is 'known good' at a looser float32 tolerance: propose it, write it."""
-    from gpuemu_ls.engine.tools.calibrate import calibrate
+    from gpuemu_ls.engine.tools.calibrate import CalibrationRefused, calibrate
 
     (client_ws / "ops.py").write_text(
         (client_ws / "ops.py").read_text()
@@ -329,6 +332,17 @@ def test_calibrate_tolerance_matches_gpuemu_calibrate_and_writes_back(client_ws:
     ops = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(ops)
     run_op = lambda inputs, **kw: ops.softmax_f16(inputs["x"], **kw)  # noqa: E731
+    cfg = load_config(client_ws)
+    # on every distribution the float16 intermediates overflow to NaN: no tolerance covers that, both faces refuse
+    with pytest.raises(CalibrationRefused, match="unexpected nan"):
+        calibrate(cfg, cfg.op("softmax_mod"), dtypes=["float32"], iterations=20)
+    with Client(client_ws, store=False) as c, pytest.raises(CalibrationRefused, match="unexpected nan"):
+        c.calibrate_tolerance("softmax_mod", run_op, dtypes="float32", iterations=20)
+    # the op's contract is moderate values (a value domain, not a tolerance): there it only rounds coarsely
+    toml = toml.replace(
+        'module = "ops:softmax_f16"', 'module = "ops:softmax_f16"\ndistributions = ["normal", "uniform"]'
+    )
+    (client_ws / "gpuemu.toml").write_text(toml)
     cfg = load_config(client_ws)
     engine = calibrate(cfg, cfg.op("softmax_mod"), dtypes=["float32"], iterations=20)
     with Client(client_ws, store=False) as c:

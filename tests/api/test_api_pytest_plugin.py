@@ -12,6 +12,7 @@ from apihelp import plugin_args, rows
 
 from gpuemu_ls import Client
 from gpuemu_ls.engine.config.load import load_config
+from gpuemu_ls.engine.oracle.diagnose import diagnose_cases
 from gpuemu_ls.engine.run.validate import plan_op
 
 TOML = """
@@ -216,19 +217,25 @@ def test_plugin_with_xdist_records_one_run_with_complete_verdicts(plugin_ws: Pat
     # the controller wrote the final verdicts once every worker was done
     (last_case,) = rows(db, "SELECT max(created_at) AS t FROM cases")
     assert min(v["finished_at"] for v in by_op.values()) >= last_case["t"]
-    # the diagnosis rebuilt from the stored cases is the one a single process gives live
+    # the diagnosis rebuilt from the stored cases is the one the same cases give in a single process; that
+    # process can also run confirmation cases (the rebuilt one has none: it says so, and states no "iff")
     with Client(plugin_ws, store=False) as c:
         live = c.test_op("bad")
-    assert by_op["bad"]["diagnosis"] == live.diagnosis and live.diagnosis.startswith("fails iff")
+    bad_op = load_config(plugin_ws).op("bad")
+    assert by_op["bad"]["diagnosis"] == diagnose_cases(live.cases, bad_op, plugin_ws.resolve())
+    assert "not confirmed by targeted cases" in by_op["bad"]["diagnosis"]
+    assert live.diagnosis.startswith("fails") and "confirmation case(s) agree" in live.diagnosis
 
 
 def test_plugin_quick_isolated_and_an_uncovered_client_op_is_not_run(plugin_ws: Path, clean_env) -> None:
     (plugin_ws / "test_client.py").unlink()
     code, out, outcomes = run_pytest(plugin_ws, clean_env, "--gpuemu", "--gpuemu-quick", "--gpuemu-isolate")
     assert code == 1, out
-    assert sorted(k for k in outcomes if k.startswith("gpuemu.toml::")) == [
+    assert sorted(k for k in outcomes if k.startswith("gpuemu.toml::")) == [  # quick: float32 and a few float16
+        "gpuemu.toml::bad[float16]",
         "gpuemu.toml::bad[float32]",
         "gpuemu.toml::client_op[float32]",
+        "gpuemu.toml::good[float16]",
         "gpuemu.toml::good[float32]",
     ], out
     assert outcomes["gpuemu.toml::good[float32]"] == "PASSED"
@@ -236,7 +243,7 @@ def test_plugin_quick_isolated_and_an_uncovered_client_op_is_not_run(plugin_ws: 
     assert "NOT RUN client_op: execution_mode = 'client_side' and no module" in out
     db = plugin_ws / ".gpuemu" / "gpuemu.db"
     (good,) = rows(db, "SELECT * FROM op_results WHERE op = 'good'")
-    assert good["cases"] == len(planned(plugin_ws, "good", "quick")) == 4
+    assert good["cases"] == len(planned(plugin_ws, "good", "quick"))
     assert not rows(db, "SELECT * FROM op_results WHERE op = 'client_op'")  # nothing ran: nothing stored
 
 

@@ -16,16 +16,19 @@ EXAMPLES = ROOT / "examples"
 
 #: op -> words its diagnosis line must contain (the bug class, stated from evidence)
 BUGGY = {
-    "softmax_tail_mask": ["N % ", "last block is partial", "tail mask"],
-    "matmul_acc_overwrite": ["fails iff K > 32", "accumulator overwritten"],
+    "softmax_tail_mask": ["N % 128 != 0", "last block is partial", "tail mask"],
+    "matmul_acc_overwrite": ["K > 32", "accumulator overwritten"],
     "softmax_online_rescale": ["N > ", "not rescaled"],
-    "attention_missing_scale": ["every case", "missing scale"],
+    "attention_missing_scale": ["S > 1"],
     "rowscale_strides": ["layout != contiguous", "strides ignored"],
     "softmax_no_max": ["large", "no max-subtraction"],
-    "rmsnorm_fp16_acc": ["N > ", "low-precision accumulation"],
+    # long rows or large same-sign values: a disjunction, which no single condition states
+    "rmsnorm_fp16_acc": ["no simple condition found", "not explained by shape, layout, dtype or distribution"],
     "masked_softmax_nan": ["fails iff distribution == masked_rows", "entirely -inf"],
     "variance_empty_split": ["fails iff N == 1", "empty partition"],
 }
+#: every condition above is confirmed by targeted cases, never guessed from the run alone
+CONFIRMED = "confirmation case(s) agree"
 
 
 def gpuemu(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -75,7 +78,7 @@ def test_quick_mode_catches_every_bug_too(tmp_path: Path, seed: int) -> None:
 @pytest.mark.parametrize("op", sorted(BUGGY))
 def test_diagnosis_names_the_bug_class(buggy: dict, op: str) -> None:
     diagnosis = buggy["ops"][op]["diagnosis"]
-    for words in BUGGY[op]:
+    for words in [*BUGGY[op], CONFIRMED]:
         assert words in diagnosis, diagnosis
 
 

@@ -120,7 +120,11 @@ BROKEN = {
     "unknown op key": ('name = "softmax_tail_mask"', 'name = "softmax_tail_mask"\nrefrence = "x"', "refrence"),
     "unknown validation key": ("[validation]", "[validation]\nseeds = 3", "seeds"),
     "unknown dtype": ('dtypes = ["float32"', 'dtypes = ["float8", "float32"', "float8"),
-    "unknown distribution": ('distributions = ["normal"', 'distributions = ["gaussian", "normal"', "gaussian"),
+    "unknown distribution": (
+        'name = "softmax_tail_mask"',
+        'name = "softmax_tail_mask"\ndistributions = ["gaussian", "normal"]',
+        "gaussian",
+    ),
     "unknown input key": ('[ops.inputs.x]\nshape = ["B", "N"]', '[ops.inputs.x]\nshape = ["B", "N"]\nshap = 1', "shap"),
 }
 

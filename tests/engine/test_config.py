@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from gpuemu_ls.engine import dtypes as dt
+from gpuemu_ls.engine.cases.generate import Domain, value_domain
 from gpuemu_ls.engine.config.load import (
     DISTRIBUTIONS,
     ArtifactChecksConfig,
@@ -46,6 +47,10 @@ timeout = 12.5
 distributions = ["normal", "boundary"]
 max_failure_snapshots = 9
 memory_limit_mb = 2048
+scale = 2.0
+offset = -1
+sign = "negative"
+range = [-8, 4.5]
 
 [validation.tolerances]
 float32 = { atol = 1e-4, rtol = 1e-5 }
@@ -67,10 +72,14 @@ timeout = 3
 iterations = 5
 seeds = [4, 8]
 description = "a softmax"
+scale = 0.5
+range = [-1, "C"]
 
 [ops.inputs.x]
 shape = ["B", "N", 3]
 distributions = ["normal"]
+sign = "positive"
+offset = 0.5
 
 [ops.inputs.target]
 shape = ["B"]
@@ -204,9 +213,13 @@ def test_full_config_loads_every_key(workspace) -> None:
     )
     assert op.input_names == ("x", "target")
     assert op.inputs == (
-        InputSpec("x", ("B", "N", 3), None, None, ("normal",)),
+        InputSpec("x", ("B", "N", 3), None, None, ("normal",), offset=0.5, sign="positive"),
         InputSpec("target", ("B",), "int64", (0, "C"), None),
     )
+    # value domains, field by field: input > op > [validation]
+    assert (v.scale, v.offset, v.sign, v.range) == (2.0, -1.0, "negative", (-8.0, 4.5))
+    assert (op.scale, op.offset, op.sign, op.range) == (0.5, -1.0, "negative", (-1.0, "C"))
+    assert value_domain(op, op.inputs[0], {"C": 10}) == Domain(0.5, 0.5, "positive", (-1.0, 10.0))
     assert op.dims == {
         "B": DimSpec("B", 1, 64, 8),
         "N": DimSpec("N", 2, 4096, 32),  # no default: 32 clamped into the range
@@ -242,6 +255,7 @@ def test_full_config_loads_every_key(workspace) -> None:
     assert (cfg.policies.fail_on_regression, cfg.policies.warn_threshold) == (True, 0.5)
     ci = cfg.ci
     assert ci.quick_dtypes == ("bfloat16",)  # [ci.quick] dtypes wins over quick_dtypes
+    assert cfg.op("scripted").scale == 2.0 and cfg.op("scripted").range == (-8.0, 4.5)  # [validation]'s
     assert (ci.quick_iterations, ci.thorough_timeout, ci.parallel_jobs) == (4, 600, 2)
     assert (ci.fuzz_iterations, ci.regression_threshold) == (33, 0.25)
     cu = cfg.cuda
@@ -264,6 +278,9 @@ def test_defaults_when_keys_are_absent(workspace) -> None:
     assert cfg.validation.dtypes == ("float32",) and cfg.validation.seed == 0
     assert op.layouts == ("contiguous", "transposed", "strided") and op.distributions == DISTRIBUTIONS
     assert op.execution_mode == "in_process" and op.framework == "numpy"
+    assert cfg.ci.quick_dtypes is None  # not set: float32 plus a few half-precision cases
+    assert (op.scale, op.offset, op.sign, op.range) == (None, None, None, None)
+    assert value_domain(op, op.inputs[0], {}) == Domain()
 
 
 def test_toml_syntax_error_names_line_and_column(workspace) -> None:
@@ -533,3 +550,50 @@ def test_compiler_defines_with_shell_characters_are_refused(workspace) -> None:
     p = only(workspace(text, {**SUPPORT, "k.cu": "__global__ void k() {}\n"}))
     assert "'X=$(touch PWNED)' holds characters a shell would interpret" in p.message
     assert (p.line, p.column) == line_col(text, '"X=$(')
+
+
+@pytest.mark.parametrize(
+    ("where", "line", "says", "at"),
+    [
+        ("validation", "scale = 0", "validation.scale must be > 0, got 0", "0"),
+        ("validation", "scale = -2.5", "validation.scale must be > 0, got -2.5", "-2.5"),
+        ("validation", 'scale = "big"', "validation.scale must be a number, not a string", '"big"'),
+        ("validation", "offset = nan", "validation.offset must be a finite number, got nan", "nan"),
+        ("validation", 'sign = "up"', "unknown sign 'up'", '"up"'),
+        ("validation", "range = [1, 1]", "empty range [1, 1]", "[1, 1]"),
+        ("validation", "range = [0, inf]", "a range bound must be a finite number, got inf", "inf"),
+        ("validation", 'range = [0, "N"]', "validation.range bounds are numbers", '"N"'),
+        ("validation", "range = [0]", "range is [low, high] with two bounds", "[0]"),
+        ("op", "scale = inf", "ops[0].scale must be a finite number, got inf", "inf"),
+        ("op", 'sign = "positiv"', "unknown sign 'positiv'", '"positiv"'),
+        ("op", 'range = [0, "Q"]', "dim 'Q' is used but not declared in [ops.dims]", '"Q"'),
+        ("op", "range = [3.0, -3.0]", "empty range [3.0, -3.0]", "[3.0, -3.0]"),
+        ("input", "scale = 0.0", "ops[0].inputs.x.scale must be > 0, got 0.0", "0.0"),
+        ("input", "offset = true", "ops[0].inputs.x.offset must be a number, not a boolean", "true"),
+        ("input", 'sign = "any "', "unknown sign 'any '", '"any "'),
+        ("input", "range = [-inf, 1.0]", "a range bound must be a finite number, got -inf", "-inf"),
+    ],
+)
+def test_value_domain_errors_name_their_position(workspace, where: str, line: str, says: str, at: str) -> None:
+    head = f"[validation]\n{line}\n" if where == "validation" else ""
+    op_line = f"{line}\n" if where == "op" else ""
+    input_line = f"{line}\n" if where == "input" else ""
+    text = head + OP_HEAD + op_line + f'[ops.inputs.x]\nshape = ["B"]\n{input_line}[ops.dims]\nB = 4\n'
+    p = only(workspace(text, {"ops.py": OPS_PY}))
+    assert says in p.message, p
+    assert (p.line, p.column) == line_col(text, at, text[: text.index(line)].count(at) + 1), p
+
+
+def test_domain_keys_on_an_integer_input_are_refused(workspace) -> None:
+    text = OP_HEAD + '[ops.inputs.t]\nshape = ["B"]\ndtype = "int32"\nrange = [0, 9]\nscale = 2.0\n[ops.dims]\nB = 4\n'
+    p = only(workspace(text, {"ops.py": OPS_PY}))
+    assert p.message == "scale applies to float inputs; input t is int32" and "range" in p.hint
+    assert (p.line, p.column) == line_col(text, "scale")
+
+
+def test_an_op_range_may_name_a_dim_and_uses_it(workspace) -> None:
+    text = OP_HEAD + 'range = [0, "C"]\n[ops.inputs.x]\nshape = ["B"]\n[ops.dims]\nB = 4\nC = 7\n'
+    cfg = load_config(workspace(text, {"ops.py": OPS_PY}))
+    op = cfg.op("a")
+    assert op.range == (0.0, "C") and not cfg.warnings  # C counts as used
+    assert value_domain(op, op.inputs[0], {"B": 4, "C": 7}).range == (0.0, 7.0)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from gpuemu_ls.engine.cases.plan import (
     QUICK_STRATEGIES,
     STRATEGY_WINDOW,
+    STRUCTURE_DISTRIBUTIONS,
     CaseSpec,
     boundary_values,
     cover_minimums,
@@ -14,9 +17,11 @@ from gpuemu_ls.engine.cases.plan import (
     derive_dims,
     iter_seeds,
     mode_filter,
+    plan_thorough,
     regular_values,
 )
-from gpuemu_ls.engine.config.load import DimSpec, OpConfig, load_config
+from gpuemu_ls.engine.config.load import DISTRIBUTIONS, DimSpec, OpConfig, load_config
+from gpuemu_ls.engine.run.validate import plan_op
 
 GOLDEN_TOML = """
 [validation]
@@ -42,22 +47,22 @@ OPS_PY = "def op(x, w):\n    return x\n\ndef ref(x, w):\n    return x\n"
 
 # derive_case(golden, seed) for seeds 0..15, computed once and pasted: a change breaks every replay by seed.
 GOLDEN = [
-    (0, "regular", "bfloat16", "contiguous", "partial_inf", {"B": 4, "D": 16, "N": 128}),
-    (1, "default", "float32", "transposed", "masked_rows", {"B": 8, "D": 16, "N": 1024}),
-    (2, "random", "float16", "strided", "uniform", {"B": 2, "D": 32, "N": 201}),
-    (3, "boundary", "float16", "strided", "large", {"B": 1, "D": 16, "N": 4096}),
-    (4, "regular", "float32", "contiguous", "constant_rows", {"B": 16, "D": 64, "N": 4096}),
-    (5, "boundary", "bfloat16", "transposed", "normal", {"B": 8, "D": 16, "N": 1}),
-    (6, "boundary", "float16", "transposed", "boundary", {"B": 64, "D": 16, "N": 129}),
-    (7, "random", "bfloat16", "contiguous", "special", {"B": 62, "D": 64, "N": 4096}),
-    (8, "random", "float32", "strided", "normal", {"B": 35, "D": 32, "N": 1617}),
-    (9, "default", "bfloat16", "contiguous", "uniform", {"B": 8, "D": 16, "N": 1024}),
-    (10, "boundary", "float32", "transposed", "large", {"B": 1, "D": 16, "N": 1}),
-    (11, "boundary", "float16", "strided", "constant_rows", {"B": 11, "D": 16, "N": 4096}),
-    (12, "boundary", "float32", "strided", "boundary", {"B": 32, "D": 16, "N": 1024}),
-    (13, "random", "bfloat16", "transposed", "special", {"B": 22, "D": 32, "N": 4071}),
+    (0, "regular", "bfloat16", "contiguous", "underflow_rows", {"B": 4, "D": 16, "N": 128}),
+    (1, "default", "float32", "transposed", "large", {"B": 8, "D": 16, "N": 1024}),
+    (2, "random", "float16", "strided", "boundary", {"B": 2, "D": 32, "N": 201}),
+    (3, "boundary", "float16", "strided", "masked_rows", {"B": 1, "D": 16, "N": 4096}),
+    (4, "regular", "float32", "contiguous", "small", {"B": 16, "D": 64, "N": 4096}),
+    (5, "boundary", "bfloat16", "transposed", "positive", {"B": 8, "D": 16, "N": 1}),
+    (6, "boundary", "float16", "transposed", "ties", {"B": 64, "D": 16, "N": 129}),
+    (7, "random", "bfloat16", "contiguous", "subnormal", {"B": 62, "D": 64, "N": 4096}),
+    (8, "random", "float32", "strided", "wide", {"B": 35, "D": 32, "N": 1617}),
+    (9, "default", "bfloat16", "contiguous", "tail_max", {"B": 8, "D": 16, "N": 1024}),
+    (10, "boundary", "float32", "transposed", "integers", {"B": 1, "D": 16, "N": 1}),
+    (11, "boundary", "float16", "strided", "normal", {"B": 11, "D": 16, "N": 4096}),
+    (12, "boundary", "float32", "strided", "nan_payloads", {"B": 32, "D": 16, "N": 1024}),
+    (13, "random", "bfloat16", "transposed", "constant_rows", {"B": 22, "D": 32, "N": 4071}),
     (14, "regular", "float16", "contiguous", "partial_inf", {"B": 1, "D": 64, "N": 64}),
-    (15, "regular", "float16", "strided", "masked_rows", {"B": 32, "D": 16, "N": 1}),
+    (15, "regular", "float16", "strided", "uniform", {"B": 32, "D": 16, "N": 1}),
 ]
 
 
@@ -98,10 +103,7 @@ def test_case_spec_round_trips_through_a_dict(golden_op: OpConfig) -> None:
         ("strategy", tuple(sorted(set(STRATEGY_WINDOW)))),
         ("dtype", ("float32", "float16", "bfloat16")),
         ("layout", ("contiguous", "transposed", "strided")),
-        (
-            "distribution",
-            ("normal", "uniform", "boundary", "large", "constant_rows", "masked_rows", "partial_inf", "special"),
-        ),
+        ("distribution", DISTRIBUTIONS),
     ],
 )
 def test_every_window_of_n_seeds_covers_each_option_once(golden_op: OpConfig, axis: str, options) -> None:
@@ -290,3 +292,124 @@ C = { min = 2, max = 16, default = 10 }
         assert spec.input_distributions["x"] in ("normal", "uniform")
         if spec.distribution in ("normal", "uniform"):
             assert spec.input_distributions["x"] == spec.distribution
+
+
+# --- coverage of rare structures, candidate minimums and quick half precision --------------------
+
+
+def test_thorough_plans_cover_each_structure_distribution_at_a_boundary_shape(golden_op: OpConfig) -> None:
+    assert set(STRUCTURE_DISTRIBUTIONS) <= set(golden_op.distributions)
+    for base in (0, 100, 1000, 12345, 987654):
+        specs = plan_thorough(golden_op, base, 50)
+        assert len(specs) == 50 and len({s.seed for s in specs}) == 50
+        assert [s.seed for s in specs] == sorted(s.seed for s in specs)
+        for d in STRUCTURE_DISTRIBUTIONS:
+            assert any(s.distribution == d and s.strategy == "boundary" for s in specs), (base, d)
+        for name, dim in golden_op.dims.items():
+            low = min(dim.candidates) if dim.candidates else dim.min
+            assert any(s.dims[name] == low for s in specs), (base, name)
+        assert all(s == derive_case(golden_op, s.seed) for s in specs)  # every case replays from (op, seed)
+        assert sum(base <= s.seed < base + 50 for s in specs) >= 40  # only the tail is replaced
+
+
+def test_structure_coverage_keeps_pinned_seeds_and_the_filter(tmp_path) -> None:
+    text = GOLDEN_TOML.replace('reference = "ops:ref"', 'reference = "ops:ref"\nseeds = [2, 7]')
+    (tmp_path / "gpuemu.toml").write_text(text)
+    (tmp_path / "ops.py").write_text(OPS_PY)
+    op = load_config(tmp_path).op("golden")
+    f32 = mode_filter(op, dtypes=("float32",))
+    specs = plan_thorough(op, 0, 30, accept=f32)
+    assert [s.seed for s in specs[:2]] == [2, 7] and len(specs) == 32
+    assert all(s.dtype == "float32" for s in specs[2:])
+    for d in STRUCTURE_DISTRIBUTIONS:
+        assert any(s.distribution == d and s.strategy == "boundary" for s in specs[2:]), d
+    # an op that lists no structure distribution gets the plain seeds
+    plain = dataclasses.replace(op, distributions=("normal", "uniform"), seeds=())
+    assert [s.seed for s in plan_thorough(plain, 0, 20)] == list(range(20))
+
+
+def test_candidate_dims_are_covered_at_their_smallest_candidate(tmp_path) -> None:
+    text = GOLDEN_TOML.replace("D = [16, 32, 64]", "D = [64, 32, 128]")
+    (tmp_path / "gpuemu.toml").write_text(text)
+    (tmp_path / "ops.py").write_text(OPS_PY)
+    op = load_config(tmp_path).op("golden")
+    defaults = list(iter_seeds(op, 0, 12, accept=mode_filter(op, strategies=("default",))))
+    assert all(s.dims["D"] == 64 for s in defaults)
+    covered = cover_minimums(op, defaults)
+    assert len(covered) == 12 and any(s.dims["D"] == 32 for s in covered)
+
+
+QUICK_TOML = """
+[validation]
+dtypes = ["float32", "float16", "bfloat16"]
+{ci}
+[[ops]]
+name = "q"
+module = "ops:op"
+reference = "ops:ref"
+{op}
+[ops.inputs.x]
+shape = ["B", "N"]
+[ops.dims]
+B = {{ min = 1, max = 64, default = 8 }}
+N = {{ min = 1, max = 4096, default = 1024 }}
+"""
+
+
+def quick_plan(tmp_path, ci: str = "", op: str = "", iterations: int | None = None, seed: int | None = None):
+    (tmp_path / "gpuemu.toml").write_text(QUICK_TOML.format(ci=ci, op=op))
+    (tmp_path / "ops.py").write_text("def op(x):\n    return x\n\ndef ref(x):\n    return x\n")
+    cfg = load_config(tmp_path, user_config=tmp_path / "none.toml")
+    return cfg, plan_op(cfg, cfg.op("q"), "quick", iterations, seed)
+
+
+@pytest.mark.parametrize("seed", [0, 50, 1234])
+def test_quick_plans_see_half_precision_when_quick_dtypes_are_not_set(tmp_path, seed: int) -> None:
+    cfg, specs = quick_plan(tmp_path, seed=seed)
+    assert cfg.ci.quick_dtypes is None and len(specs) == 16
+    by_dtype = {d: [s for s in specs if s.dtype == d] for d in ("float32", "float16", "bfloat16")}
+    assert (len(by_dtype["float16"]), len(by_dtype["bfloat16"]), len(by_dtype["float32"])) == (2, 2, 12)
+    for s in by_dtype["float16"] + by_dtype["bfloat16"]:
+        assert s.strategy == "boundary" and s.distribution in ("large", "positive")
+    assert all(s.strategy in QUICK_STRATEGIES for s in by_dtype["float32"])
+    dists = {s.distribution for s in by_dtype["float32"]}
+    assert {"masked_rows", "tail_max", "large", "boundary"} <= dists  # quick covers these within its count
+    assert all(s == derive_case(cfg.op("q"), s.seed) for s in specs)
+    assert [s.seed for s in specs] == sorted(s.seed for s in specs)
+
+
+def test_quick_half_precision_cases_scale_with_the_count(tmp_path) -> None:
+    _, specs = quick_plan(tmp_path, iterations=100)
+    assert len(specs) == 100 and sum(s.dtype == "float16" for s in specs) == 12
+    _, specs = quick_plan(tmp_path, iterations=4)
+    assert [s.dtype for s in specs].count("float16") == 1 and [s.dtype for s in specs].count("bfloat16") == 1
+    _, specs = quick_plan(tmp_path, iterations=1)
+    assert [s.dtype for s in specs] == ["float32"]
+
+
+@pytest.mark.parametrize("ci", ['[ci]\nquick_dtypes = ["float32"]', '[ci.quick]\ndtypes = ["float32"]'])
+def test_explicit_quick_dtypes_are_the_only_ones(tmp_path, ci: str) -> None:
+    cfg, specs = quick_plan(tmp_path, ci=ci)
+    assert cfg.ci.quick_dtypes == ("float32",)
+    assert len(specs) == 16 and all(s.dtype == "float32" and s.strategy in QUICK_STRATEGIES for s in specs)
+
+
+def test_quick_without_float32_falls_back_to_the_first_dtype_plus_the_other_half(tmp_path) -> None:
+    _, specs = quick_plan(tmp_path, op='dtypes = ["float16", "bfloat16"]')
+    assert len(specs) == 16
+    assert [s.dtype for s in specs].count("bfloat16") == 2 and [s.dtype for s in specs].count("float16") == 14
+    _, specs = quick_plan(tmp_path, op='dtypes = ["float32"]\ndistributions = ["normal"]')
+    assert len(specs) == 16 and {s.dtype for s in specs} == {"float32"}
+
+
+def test_quick_half_cases_take_any_distribution_when_the_op_lists_no_stress_one(tmp_path) -> None:
+    _, specs = quick_plan(tmp_path, op='distributions = ["normal", "uniform"]')
+    halves = [s for s in specs if s.dtype != "float32"]
+    assert len(halves) == 4 and all(s.strategy == "boundary" for s in halves)
+
+
+def test_plans_are_deterministic(golden_op: OpConfig, tmp_path) -> None:
+    assert plan_thorough(golden_op, 7, 40) == plan_thorough(golden_op, 7, 40)
+    _, a = quick_plan(tmp_path)
+    _, b = quick_plan(tmp_path)
+    assert a == b

@@ -4,6 +4,7 @@ sibling, and `--write` changes nothing in gpuemu.toml but the op's [ops.toleranc
 from __future__ import annotations
 
 import difflib
+import json
 import re
 from pathlib import Path
 
@@ -123,3 +124,36 @@ def test_written_tolerances_stay_above_the_next_ops_comments(tmp_path: Path) -> 
     header = ops_header_line(ws, "matmul_acc_overwrite")
     assert new[header - 1 - len(comments) : header - 1] == comments, "\n".join(new[header - 12 : header])
     assert "tolerances" in op_table(ws, "softmax_tail_mask_ok")
+
+
+@pytest.mark.parametrize("bug", ["softmax_tail_mask", "masked_softmax_nan", "rowscale_strides"])
+def test_calibration_refuses_to_widen_a_tolerance_over_a_bug(bug: str, tmp_path: Path) -> None:
+    """A tolerance that hides a bug is refused (exit 1, nothing written), whatever the bug class: a confirmed
+    condition (a tile, a layout), NaN where the reference is finite, or errors far beyond rounding."""
+    ws = copy_example("buggy", tmp_path / "buggy")
+    before = (ws / "gpuemu.toml").read_text(encoding="utf-8")
+    proc = gpuemu("calibrate", "--op", bug, "--iterations", "40", "--write", cwd=ws)
+    assert proc.returncode == 1, out(proc)
+    assert f"refusing to calibrate {bug!r}" in proc.stderr and "--force" in proc.stderr, out(proc)
+    assert (ws / "gpuemu.toml").read_text(encoding="utf-8") == before
+    proc = gpuemu("calibrate", "--op", bug, "--iterations", "40", "--format", "json", cwd=ws)
+    assert proc.returncode == 1 and json.loads(proc.stdout)["refused"], out(proc)
+
+
+def test_force_overrides_the_refusal_with_a_warning(tmp_path: Path) -> None:
+    ws = copy_example("buggy", tmp_path / "buggy")
+    proc = gpuemu(
+        "calibrate", "--op", "softmax_tail_mask", "--dtype", "float32", "--iterations", "24", "--force", cwd=ws
+    )
+    assert proc.returncode == 0, out(proc)
+    assert "warning: --force" in proc.stderr and "proposed atol=" in proc.stdout
+
+
+@pytest.mark.parametrize("factor", ["nan", "inf", "-inf", "0", "-1", "1e400"])
+def test_non_finite_or_non_positive_factors_are_usage_errors(factor: str, tmp_path: Path) -> None:
+    ws = copy_example("buggy", tmp_path / "buggy")
+    before = (ws / "gpuemu.toml").read_text(encoding="utf-8")
+    proc = gpuemu("calibrate", "--op", "softmax_tail_mask_ok", "--factor", factor, "--write", cwd=ws)
+    assert proc.returncode == 2 and "--factor" in proc.stderr, out(proc)
+    assert (ws / "gpuemu.toml").read_text(encoding="utf-8") == before
+    assert gpuemu("ops", cwd=ws).returncode == 0  # the config still loads

@@ -118,6 +118,8 @@ class GpuemuClient(LanguageClient):
         self.op_states: list[dict[str, Any]] = []
         self.registrations: list[lsp.Registration] = []
         self.applied_edits: list[lsp.ApplyWorkspaceEditParams] = []
+        self.message_requests: list[lsp.ShowMessageRequestParams] = []
+        self.message_answer: str | None = "Apply"  # the action the "user" picks in a showMessageRequest
         self.progress_log: list[tuple[float, str, Any]] = []  # (time, token, begin/report/end value)
         self.created_tokens: list[str] = []
         self.configuration_requests: list[lsp.ConfigurationParams] = []
@@ -326,6 +328,12 @@ def _apply_edit(client: GpuemuClient, params: lsp.ApplyWorkspaceEditParams) -> l
     return lsp.ApplyWorkspaceEditResult(applied=True)
 
 
+def _show_message_request(client: GpuemuClient, params: lsp.ShowMessageRequestParams) -> lsp.MessageActionItem | None:
+    client.message_requests.append(params)
+    titles = [a.title for a in params.actions or []]
+    return lsp.MessageActionItem(client.message_answer) if client.message_answer in titles else None
+
+
 def _show_document(client: GpuemuClient, params: lsp.ShowDocumentParams) -> lsp.ShowDocumentResult:
     client.shown_documents.append(params)
     return lsp.ShowDocumentResult(success=True)
@@ -385,6 +393,7 @@ CLIENT_FEATURES: dict[str, Callable[..., Any]] = {
     **DEFAULT_CLIENT_FEATURES,
     lsp.WORKSPACE_APPLY_EDIT: _apply_edit,
     lsp.WINDOW_SHOW_DOCUMENT: _show_document,
+    lsp.WINDOW_SHOW_MESSAGE_REQUEST: _show_message_request,
     lsp.CLIENT_REGISTER_CAPABILITY: _register_capability,
     lsp.CLIENT_UNREGISTER_CAPABILITY: _unregister_capability,
     lsp.WINDOW_WORK_DONE_PROGRESS_CREATE: _work_done_create,
@@ -547,6 +556,9 @@ def _strip_trailing_comments(chunk: str) -> str:
 
 def buggy_toml(ops: Iterable[str], *, extra: str = "", replace: dict[str, str] | None = None) -> str:
     header, blocks = buggy_blocks()
+    # the editor tests' quick runs are 6 cases: keep them float32 (the half-precision cases quick mode adds
+    # by default are planning's business, tested in tests/engine and tests/cli)
+    header += '\n[ci]\nquick_dtypes = ["float32"]\n'
     text = header + "".join("\n" + blocks[o] for o in ops) + extra
     for old, new in (replace or {}).items():
         assert old in text, old

@@ -62,9 +62,8 @@ async def test_code_actions_offered_for_a_failure(editor: Any, buggy_ws: Any) ->
         assert list(mini.command.arguments or []) == args
         pin = _by_title(actions, f"Pin seed {seed} as a regression case of {OP}")
         assert pin.edit is not None and pin.command is None
-        calib = _by_title(actions, f"Apply calibrated tolerance to {OP}")
-        assert calib.command is not None and calib.command.command == "gpuemu.calibrate"
-        assert list(calib.command.arguments or []) == [{"workspace": str(root.resolve()), "op": OP}]
+        # a tail-mask bug (confirmed condition N % 128 != 0) is no rounding: no tolerance is offered for it
+        assert not [a for a in actions if a.title.startswith("Apply calibrated tolerance")]
 
     # the preferred action, run the way the editor runs it
     result = await client.execute(repro.command.command, *repro.command.arguments)
@@ -183,6 +182,12 @@ async def test_apply_calibrated_tolerance_makes_a_correct_op_pass(editor: Any, w
     diag = await client.wait_op_diagnostic(toml, "gelu")
     assert diag.code == "mismatch"
 
+    # the edit is shown and asked for first: "Cancel" applies nothing
+    client.message_answer = "Cancel"
+    out = await client.execute("gpuemu.calibrate", {"workspace": str(root), "op": "gelu"}, timeout=120)
+    assert out["applied"] is False and "atol" in out["change"] and not client.applied_edits, out
+    assert "float32: atol 1e-05 ->" in client.message_requests[-1].message
+    client.message_answer = "Apply"
     out = await client.execute("gpuemu.calibrate", {"workspace": str(root), "op": "gelu"}, timeout=120)
     assert out["applied"] is True, out
     assert len(client.applied_edits) == 1

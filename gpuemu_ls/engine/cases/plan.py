@@ -17,10 +17,24 @@ then follow the case's shape strategy:
   pick among ~40 sizes would each reach in 2% of cases);
 * ``random``: uniform or log-uniform (half each) in [min, max].
 
-Modes pick seeds, not cases: a quick run keeps the seeds whose derived case is float32 (or the op's
-first dtype) with a default or boundary shape, so a quick failure still replays from (op, seed).
-A run of at least ``COVER_FROM`` cases takes every dim to its minimum at least once: where none of
-its cases does, the next accepted seed that does replaces its last case (``cover_minimums``).
+Modes pick seeds, not cases, so every case of every mode replays from (op, seed):
+
+* **thorough** (:func:`plan_thorough`): the first ``n`` seeds from the base seed that the run's
+  filter keeps;
+* **quick** (:func:`plan_quick`): seeds whose case is float32 (``[ci] quick_dtypes`` when set; the
+  op's first dtype when it lists no float32) with a default or boundary shape. When quick dtypes
+  are not set, an op that lists float16 and/or bfloat16 also gets ``max(1, n // 8)`` cases of each
+  (at most half the run in all) with a boundary shape and an accumulator-stressing distribution
+  (``large`` or ``positive``; any of the op's if it lists neither), taken out of the ``n``.
+
+**Coverage** (:func:`cover`). A run of at least ``COVER_FROM`` unpinned cases must contain some
+cases that chance would often leave out, its *needs*: every dim at its minimum (the smallest
+candidate of a candidate list); in thorough runs, each structure distribution the op lists
+(``STRUCTURE_DISTRIBUTIONS``: rare row structures that only bite where the last tile is partial) at
+a ``boundary`` shape; in quick runs, each of ``QUICK_DISTRIBUTIONS`` the op lists. For each need no
+case meets, the next seed after the run's last that the run's filter keeps and that meets it
+replaces the last free case (not pinned, not itself a replacement) whose loss leaves every need met
+so far met. The count stays what was asked and pinned seeds are untouched.
 """
 
 from __future__ import annotations
@@ -30,13 +44,31 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import dtypes as dt
 from ..config.load import DimSpec, OpConfig
 from .rng import Stream
 
 STRATEGY_WINDOW = ("default", "boundary", "regular", "boundary", "random", "boundary", "regular", "random")
 QUICK_STRATEGIES = ("default", "boundary")
+#: Row structures that only bite where a tile is partial: a thorough run has each (that the op lists)
+#: at a ``boundary`` shape.
+STRUCTURE_DISTRIBUTIONS = (
+    "masked_rows",
+    "partial_inf",
+    "underflow_rows",
+    "tail_max",
+    "constant_rows",
+    "nan_payloads",
+    "boundary",
+)
+#: Distributions a quick run covers within its count (those the op lists).
+QUICK_DISTRIBUTIONS = ("masked_rows", "tail_max", "large", "boundary")
+#: Dtypes a quick run adds a few cases of when ``[ci] quick_dtypes`` is not set...
+HALF_DTYPES = ("float16", "bfloat16")
+#: ...with one of these distributions (those the op lists), which stress half-precision accumulators.
+ACCUMULATOR_STRESS = ("large", "positive")
 SMALL_PRIMES = (3, 5, 7, 11, 13, 17, 31, 61, 127)
-#: Runs of at least this many cases cover every dim's minimum (shorter ones are asked for exactly).
+#: Runs of at least this many unpinned cases are covered (:func:`cover`); shorter ones run as asked.
 COVER_FROM = 8
 #: Cap on the elements of any one input; larger draws halve their largest dims (deterministically).
 DEFAULT_MAX_ELEMENTS = 1 << 22
@@ -184,8 +216,8 @@ def derive_case(op: OpConfig, seed: int, max_elements: int = DEFAULT_MAX_ELEMENT
     dims = derive_dims(op, seed, strategy, max_elements)
     per_input: dict[str, str] = {}
     for inp in op.inputs:
-        if inp.range is not None or (inp.dtype is not None and not inp.dtype.startswith(("float", "bfloat"))):
-            per_input[inp.name] = "range"
+        if inp.dtype is not None and not dt.is_float(inp.dtype):
+            per_input[inp.name] = "range"  # integers: uniform in their range (a float range bounds values instead)
         elif inp.distributions is not None and distribution not in inp.distributions:
             per_input[inp.name] = _window_pick(op.name, f"distribution:{inp.name}", seed, inp.distributions)
         else:
@@ -201,23 +233,160 @@ def iter_seeds(
     *,
     accept: Callable[[CaseSpec], bool] | None = None,
     max_elements: int = DEFAULT_MAX_ELEMENTS,
+    pinned: bool = True,
+    scan: int | None = None,
 ) -> Iterator[CaseSpec]:
     """The first ``count`` cases from ``base_seed`` up that ``accept`` keeps (all, by default).
 
-    Pinned seeds (the op's ``seeds``) come first and are never filtered. The scan gives up after
-    ``64 * count * len(dtypes)`` seeds, so a filter that nothing satisfies ends instead of spinning.
+    Pinned seeds (the op's ``seeds``) come first (unless ``pinned`` is false) and are never filtered.
+    The scan gives up after ``scan`` seeds (default ``64 * count * len(dtypes)``), so a filter that
+    nothing satisfies ends instead of spinning.
     """
-    for seed in op.seeds:
-        yield derive_case(op, seed, max_elements)
+    if pinned:
+        for seed in op.seeds:
+            yield derive_case(op, seed, max_elements)
     seen = 0
     seed = base_seed
-    limit = base_seed + max(count, 1) * 64 * max(len(op.dtypes), 1)
+    limit = base_seed + (scan if scan is not None else max(count, 1) * 64 * max(len(op.dtypes), 1))
     while seen < count and seed < limit:
         spec = derive_case(op, seed, max_elements)
         if (accept is None or accept(spec)) and seed not in op.seeds:
             seen += 1
             yield spec
         seed += 1
+
+
+@dataclass(frozen=True)
+class Need:
+    """A case a run must contain: a dim at a value, and/or a distribution at a shape strategy."""
+
+    label: str
+    dim: str | None = None
+    value: int | None = None
+    distribution: str | None = None
+    strategy: str | None = None
+
+    def met(self, spec: CaseSpec) -> bool:
+        return (
+            (self.dim is None or spec.dims.get(self.dim) == self.value)
+            and (self.strategy is None or spec.strategy == self.strategy)
+            and (
+                self.distribution is None
+                or (spec.distribution == self.distribution and self.distribution in spec.input_distributions.values())
+            )
+        )
+
+    def may_meet(self, op: OpConfig, seed: int) -> bool:
+        """A cheap necessary condition (the window picks), checked before deriving the whole case."""
+        if self.strategy is not None and _window_pick(op.name, "strategy", seed, STRATEGY_WINDOW) != self.strategy:
+            return False
+        return (
+            self.distribution is None
+            or _window_pick(op.name, "distribution", seed, op.distributions) == self.distribution
+        )
+
+
+def minimum_needs(op: OpConfig) -> list[Need]:
+    """Every dim at its minimum (the smallest candidate of a candidate list)."""
+    out = []
+    for name in sorted(op.dims):
+        dim = op.dims[name]
+        low = min(dim.candidates) if dim.candidates is not None else dim.min
+        out.append(Need(f"{name}={low}", dim=name, value=low))
+    return out
+
+
+def _takes(op: OpConfig, dist: str) -> bool:
+    """Whether some float input of the op can draw from ``dist`` (the op lists it, an input allows it)."""
+    return dist in op.distributions and any(
+        (i.dtype is None or dt.is_float(i.dtype)) and (i.distributions is None or dist in i.distributions)
+        for i in op.inputs
+    )
+
+
+def structure_needs(op: OpConfig) -> list[Need]:
+    """Each structure distribution the op lists, at a boundary shape (thorough runs)."""
+    return [
+        Need(f"{d} at a boundary shape", distribution=d, strategy="boundary")
+        for d in STRUCTURE_DISTRIBUTIONS
+        if _takes(op, d)
+    ]
+
+
+def quick_needs(op: OpConfig) -> list[Need]:
+    """Each of ``QUICK_DISTRIBUTIONS`` the op lists (quick runs)."""
+    return [Need(d, distribution=d) for d in QUICK_DISTRIBUTIONS if _takes(op, d)]
+
+
+def cover(
+    op: OpConfig,
+    specs: list[CaseSpec],
+    needs: list[Need],
+    *,
+    accept: Callable[[CaseSpec], bool] | None = None,
+    max_elements: int = DEFAULT_MAX_ELEMENTS,
+) -> list[CaseSpec]:
+    """``specs`` with each need met by at least one case, as far as the count allows.
+
+    For each need no case meets, in order, the first seed after the run's last one that ``accept``
+    keeps and that meets it replaces the last case that is not pinned, not itself a replacement and
+    not the only case meeting a need met so far; so the count stays what was asked and every case
+    still replays from (op, seed). At most half of the unpinned cases are replaced (needs are met in
+    order, so a short run covers the first ones). Pinned cases come first, the others in seed order.
+    Runs with fewer than ``COVER_FROM`` unpinned cases are left as asked.
+    """
+    pinned = set(op.seeds)
+    free = [i for i, sp in enumerate(specs) if sp.seed not in pinned]
+    if len(free) < COVER_FROM:
+        return specs
+    out = list(specs)
+    start = max(sp.seed for sp in specs) + 1
+    met: list[Need] = []
+    budget = len(free) // 2  # at most half the run stands in for needs: ordinary cases find ordinary bugs
+    for need in needs:
+        if not free or budget <= 0:
+            break
+        if any(need.met(sp) for sp in out):
+            met.append(need)
+            continue
+        found = _find(op, need, start, accept, max_elements)
+        if found is None:
+            continue
+        victim = next((i for i in reversed(free) if _spare(out, i, found, met)), None)
+        if victim is None:
+            continue
+        out[victim] = found
+        free.remove(victim)
+        budget -= 1
+        start = found.seed + 1
+        met.append(need)
+    return [sp for sp in out if sp.seed in pinned] + sorted((sp for sp in out if sp.seed not in pinned), key=_seed)
+
+
+def _find(
+    op: OpConfig,
+    need: Need,
+    start: int,
+    accept: Callable[[CaseSpec], bool] | None,
+    max_elements: int,
+) -> CaseSpec | None:
+    """The first seed from ``start`` whose case meets ``need`` and passes ``accept`` (bounded scan)."""
+    span = 64 * COVER_FROM * max(len(op.dtypes), 1)
+    if need.distribution is not None:
+        span *= len(op.distributions) // 4 + 1
+    for seed in range(start, start + span):
+        if seed in op.seeds or not need.may_meet(op, seed):
+            continue
+        spec = derive_case(op, seed, max_elements)
+        if need.met(spec) and (accept is None or accept(spec)):
+            return spec
+    return None
+
+
+def _spare(out: list[CaseSpec], i: int, new: CaseSpec, met: list[Need]) -> bool:
+    """Whether ``out[i]`` may give way to ``new``: every need met so far stays met."""
+    rest = out[:i] + out[i + 1 :] + [new]
+    return all(any(n.met(sp) for sp in rest) for n in met)
 
 
 def cover_minimums(
@@ -227,36 +396,86 @@ def cover_minimums(
     accept: Callable[[CaseSpec], bool] | None = None,
     max_elements: int = DEFAULT_MAX_ELEMENTS,
 ) -> list[CaseSpec]:
-    """``specs`` with every (non-candidate) dim at its minimum in at least one case.
-
-    For each dim no case takes to its minimum, the first seed after the run's last one that ``accept``
-    keeps and that does replaces the last case not pinned and not itself a replacement, so the count
-    stays what was asked and every case still replays from (op, seed); the unpinned cases stay in seed
-    order. Runs shorter than ``COVER_FROM`` are left as asked.
-    """
-    pinned = set(op.seeds)
-    free = [i for i, sp in enumerate(specs) if sp.seed not in pinned]
-    if len(free) < COVER_FROM:
-        return specs
-    out = list(specs)
-    start = max(sp.seed for sp in specs) + 1
-    for name in sorted(op.dims):
-        dim = op.dims[name]
-        if dim.candidates is not None or any(sp.dims.get(name) == dim.min for sp in out):
-            continue
-        for seed in range(start, start + 64 * COVER_FROM * max(len(op.dtypes), 1)):
-            spec = derive_case(op, seed, max_elements)
-            if spec.dims.get(name) == dim.min and seed not in pinned and (accept is None or accept(spec)):
-                out[free.pop()] = spec
-                start = seed + 1
-                break
-        if not free:
-            break
-    return [sp for sp in out if sp.seed in pinned] + sorted((sp for sp in out if sp.seed not in pinned), key=_seed)
+    """``specs`` with every dim at its minimum in at least one case (:func:`cover` with :func:`minimum_needs`)."""
+    return cover(op, specs, minimum_needs(op), accept=accept, max_elements=max_elements)
 
 
 def _seed(spec: CaseSpec) -> int:
     return spec.seed
+
+
+def plan_thorough(
+    op: OpConfig,
+    base_seed: int,
+    count: int,
+    *,
+    accept: Callable[[CaseSpec], bool] | None = None,
+    max_elements: int = DEFAULT_MAX_ELEMENTS,
+) -> list[CaseSpec]:
+    """``count`` cases from ``base_seed`` (pinned first) covering dim minimums and structure distributions."""
+    specs = list(iter_seeds(op, base_seed, count, accept=accept, max_elements=max_elements))
+    needs = minimum_needs(op) + structure_needs(op)
+    return cover(op, specs, needs, accept=accept, max_elements=max_elements)
+
+
+def half_precision_quota(op: OpConfig, count: int, main: tuple[str, ...]) -> list[tuple[str, int]]:
+    """(dtype, cases) of the half-precision cases a quick run of ``count`` adds when quick dtypes are unset:
+    ``max(1, count // 8)`` per half dtype the op lists beyond ``main``, at most ``count // 2`` in all."""
+    budget, each = count // 2, max(1, count // 8)
+    out = []
+    for h in HALF_DTYPES:
+        if h in op.dtypes and h not in main and budget > 0:
+            take = min(each, budget)
+            out.append((h, take))
+            budget -= take
+    return out
+
+
+def plan_quick(
+    op: OpConfig,
+    base_seed: int,
+    count: int,
+    dtypes: tuple[str, ...] | None = None,
+    *,
+    max_elements: int = DEFAULT_MAX_ELEMENTS,
+) -> list[CaseSpec]:
+    """The cases of a quick run: ``dtypes`` (``[ci] quick_dtypes``; None: not set) at quick shapes.
+
+    Not set means float32 plus a few float16/bfloat16 cases at a boundary shape with an
+    accumulator-stressing distribution (:func:`half_precision_quota`); set means only those dtypes.
+    Dtypes the op does not list fall back to its first dtype. Pinned seeds come first.
+    """
+    main = tuple(d for d in (dtypes or ("float32",)) if d in op.dtypes) or op.dtypes[:1]
+    accept = mode_filter(op, dtypes=main, strategies=QUICK_STRATEGIES)
+    extras = half_precision_quota(op, count, main) if dtypes is None else []
+    specs = list(iter_seeds(op, base_seed, count - sum(m for _, m in extras), accept=accept, max_elements=max_elements))
+    specs = cover(op, specs, minimum_needs(op) + quick_needs(op), accept=accept, max_elements=max_elements)
+    stress = tuple(d for d in ACCUMULATOR_STRESS if d in op.distributions) or op.distributions
+    for half, m in extras:
+
+        def keep(spec: CaseSpec, half: str = half) -> bool:
+            return spec.dtype == half and spec.strategy == "boundary" and spec.distribution in stress
+
+        scan = m * 64 * max(len(op.dtypes), 1) * max(len(op.distributions), 1)
+        specs += iter_seeds(op, base_seed, m, accept=keep, max_elements=max_elements, pinned=False, scan=scan)
+    pinned = set(op.seeds)
+    return [sp for sp in specs if sp.seed in pinned] + sorted((sp for sp in specs if sp.seed not in pinned), key=_seed)
+
+
+def plan_cases(
+    op: OpConfig,
+    mode: str,
+    base_seed: int,
+    count: int,
+    *,
+    quick_dtypes: tuple[str, ...] | None = None,
+    accept: Callable[[CaseSpec], bool] | None = None,
+    max_elements: int = DEFAULT_MAX_ELEMENTS,
+) -> list[CaseSpec]:
+    """The cases of a run in ``mode`` ("quick": :func:`plan_quick`, ignoring ``accept``; else :func:`plan_thorough`)."""
+    if mode == "quick":
+        return plan_quick(op, base_seed, count, quick_dtypes, max_elements=max_elements)
+    return plan_thorough(op, base_seed, count, accept=accept, max_elements=max_elements)
 
 
 def mode_filter(

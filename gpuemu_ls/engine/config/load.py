@@ -35,16 +35,30 @@ MAX_SEED = 2**53 - 1
 FRAMEWORKS = ("numpy", "pytorch", "jax", "tensorflow")
 EXECUTION_MODES = ("in_process", "script_based", "client_side", "daemon_orchestrated")
 LAYOUTS = ("contiguous", "transposed", "strided")
+#: Value distributions, in window order (every len(DISTRIBUTIONS) consecutive seeds cover each once);
+#: the formulas are in :mod:`gpuemu_ls.engine.cases.generate`.
 DISTRIBUTIONS = (
-    "normal",
-    "uniform",
-    "boundary",
-    "large",
-    "constant_rows",
-    "masked_rows",
-    "partial_inf",
-    "special",
+    "normal",  # N(0, 1)
+    "uniform",  # uniform in (-1, 1)
+    "small",  # N(0, 1) * 1e-3
+    "wide",  # N(0, 1) * 10
+    "integers",  # integers in [-8, 8], exact in every dtype
+    "positive",  # |N(0, 1)|, a third of the rows same-sign and up to 2**12: accumulator stress
+    "mixed_magnitude",  # random sign * 2**u, u over [-20, 20]: magnitudes across many decades
+    "large",  # magnitudes up to 2**top, top from the dtype, the accumulation dtype and the dims
+    "boundary",  # 0, -0, +-1, +-tiny, +-smallest subnormal, +-near max (each at least once), in normals
+    "subnormal",  # the dtype's subnormal range, both signs, some zeros
+    "ties",  # exact midpoints of the output dtype (rounding in casts)
+    "constant_rows",  # each row one repeated value
+    "masked_rows",  # whole rows of -inf, at least one
+    "partial_inf",  # some -inf per row, never all; a row with a single finite value
+    "underflow_rows",  # rows entirely below exp's underflow threshold, at least one
+    "tail_max",  # each row's maximum at its last element
+    "special",  # NaN and +-inf sprinkled, each at least once
+    "nan_payloads",  # NaNs of specific bit patterns (canonical, quiet and signalling with low payloads)
 )
+#: What ``sign`` folds generated values to (zeros stay zeros).
+SIGNS = ("any", "positive", "negative")
 INVARIANTS = ("shape_preserved", "non_negative", "finite", "symmetric", "normalized")
 
 #: What an op gets when ``[ops.inputs]`` is absent (seed-docs ops named inputs but gave no shapes).
@@ -52,23 +66,63 @@ DEFAULT_INPUT_SHAPE = ("B", "N")
 DEFAULT_DIMS = {"B": (1, 64, 8), "N": (1, 4096, 1024)}
 
 
+#: The largest ``ulp`` a tolerance may name: beyond it an ulp bound means nothing for any float format.
+MAX_ULP = 1 << 20
+
+
 @dataclass(frozen=True)
 class Tolerance:
-    """A tolerance as written: either field may be absent and then comes from the next level."""
+    """A tolerance as written: any field may be absent and then comes from the next level.
+
+    ``ulp`` (an integer N >= 0) bounds the error in units of the output dtype's spacing, measured from
+    the correctly rounded reference; a level that sets it makes its own missing atol/rtol 0, so
+    ``{ ulp = 0 }`` alone means bit-exact after the output rounding.
+    """
 
     atol: float | None
     rtol: float | None
+    ulp: int | None = None
+
+
+@dataclass(frozen=True)
+class Bound:
+    """The resolved tolerance of one output dtype (see :func:`resolve_bound`)."""
+
+    atol: float
+    rtol: float
+    ulp: int | None = None  # None: the default rule (one ulp of the output dtype, from the exact reference)
+
+    @property
+    def exact(self) -> bool:
+        """Bit-exact after the output rounding: no slack of any kind applies."""
+        return self.ulp == 0 and self.atol == 0 and self.rtol == 0
+
+
+def resolve_bound(op: OpConfig, validation: ValidationConfig, dtype: str) -> Bound:
+    """The tolerance of an output dtype, field by field: op > project > built-in (exact for non-floats).
+
+    A level that sets ``ulp`` also settles its own absent atol/rtol as 0: an ulp statement is a whole
+    tolerance, not one to be widened by a looser level below it.
+    """
+    atol = rtol = None
+    ulp = None
+    for level in (op.tolerances.get(dtype), validation.tolerances.get(dtype)):
+        if level is None:
+            continue
+        if level.ulp is not None and ulp is None:
+            ulp = level.ulp
+            atol = (level.atol if level.atol is not None else 0.0) if atol is None else atol
+            rtol = (level.rtol if level.rtol is not None else 0.0) if rtol is None else rtol
+        atol = level.atol if atol is None else atol
+        rtol = level.rtol if rtol is None else rtol
+    base = dt.DEFAULT_TOLERANCES.get(dtype, (0.0, 0.0))
+    return Bound(base[0] if atol is None else atol, base[1] if rtol is None else rtol, ulp)
 
 
 def resolve_tolerance(op: OpConfig, validation: ValidationConfig, dtype: str) -> tuple[float, float]:
-    """(atol, rtol) for an output dtype, field by field: op > project > built-in (exact for non-floats)."""
-    atol = rtol = None
-    for level in (op.tolerances.get(dtype), validation.tolerances.get(dtype)):
-        if level is not None:
-            atol = level.atol if atol is None else atol
-            rtol = level.rtol if rtol is None else rtol
-    base = dt.DEFAULT_TOLERANCES.get(dtype, (0.0, 0.0))
-    return (base[0] if atol is None else atol), (base[1] if rtol is None else rtol)
+    """(atol, rtol) for an output dtype (see :func:`resolve_bound`, which also carries ``ulp``)."""
+    b = resolve_bound(op, validation, dtype)
+    return b.atol, b.rtol
 
 
 @dataclass(frozen=True)
@@ -92,8 +146,11 @@ class InputSpec:
     name: str
     shape: tuple[str | int, ...]
     dtype: str | None = None  # fixed dtype; None: the case's fuzzed dtype
-    range: tuple[float | str, float | str] | None = None  # half-open [lo, hi); bounds may name dims
+    range: tuple[float | str, float | str] | None = None  # ints: half-open [lo, hi); floats: bounds [lo, hi]
     distributions: tuple[str, ...] | None = None
+    scale: float | None = None  # value domain (float inputs); None: the op's
+    offset: float | None = None
+    sign: str | None = None
 
 
 @dataclass(frozen=True)
@@ -118,6 +175,12 @@ class OpConfig:
     timeout: float | None = None
     iterations: int | None = None
     seeds: tuple[int, ...] = ()
+    nan_contract: bool = False  # a NaN the reference returns from NaN-free inputs is the op's contract there
+    # value domain of float inputs (the op's, else [validation]'s; an input's own fields win); None: unset
+    scale: float | None = None
+    offset: float | None = None
+    sign: str | None = None
+    range: tuple[float | str, float | str] | None = None  # bounds [lo, hi]; may name dims
 
     @property
     def reference_is_script(self) -> bool:
@@ -168,11 +231,17 @@ class ValidationConfig:
     distributions: tuple[str, ...] = DISTRIBUTIONS
     max_failure_snapshots: int = 200
     memory_limit_mb: int | None = None
+    # value domain of float inputs, for ops and inputs that set none (None: unset)
+    scale: float | None = None
+    offset: float | None = None
+    sign: str | None = None
+    range: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True)
 class CIConfig:
-    quick_dtypes: tuple[str, ...] = ("float32",)
+    # None: not set, quick runs float32 plus a few float16/bfloat16 cases (see plan.plan_quick); set: only these
+    quick_dtypes: tuple[str, ...] | None = None
     quick_iterations: int = 16
     thorough_timeout: float | None = None
     parallel_jobs: int | None = None
@@ -365,7 +434,7 @@ def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------
 # Schema: the keys each table accepts. A value is a checker method name and its argument.
 
-_TOL_KEYS = {"atol", "rtol"}
+_TOL_KEYS = {"atol", "rtol", "ulp"}
 _TOP_KEYS = {"project", "validation", "ops", "kernels", "policies", "ci", "cuda"}
 _USER_KEYS = {"project", "validation", "policies", "ci", "cuda"}
 _PROJECT_KEYS = {"name", "framework", "description", "allow_external_paths"}
@@ -380,6 +449,10 @@ _VALIDATION_KEYS = {
     "distributions",
     "max_failure_snapshots",
     "memory_limit_mb",
+    "scale",
+    "offset",
+    "sign",
+    "range",
 }
 _OP_KEYS = {
     "name",
@@ -402,8 +475,15 @@ _OP_KEYS = {
     "iterations",
     "seeds",
     "description",
+    "nan_contract",
+    "scale",
+    "offset",
+    "sign",
+    "range",
 }
-_INPUT_KEYS = {"shape", "dtype", "range", "distributions"}
+_INPUT_KEYS = {"shape", "dtype", "range", "distributions", "scale", "offset", "sign"}
+#: The value-domain keys of [validation], [[ops]] and [ops.inputs.x].
+_DOMAIN_KEYS = ("scale", "offset", "sign", "range")
 _DIM_KEYS = {"min", "max", "default"}
 _KERNEL_KEYS = {
     "name",
@@ -570,10 +650,59 @@ class _Checker:
                 continue
             self.keys((*path, name), t, _TOL_KEYS)
             if not t:
-                self.problem((*path, name), "a tolerance needs atol and/or rtol", "e.g. { atol = 1e-4, rtol = 1e-5 }")
+                self.problem(
+                    (*path, name), "a tolerance needs atol, rtol and/or ulp", "e.g. { atol = 1e-4, rtol = 1e-5 }"
+                )
             for k in ("atol", "rtol"):
                 if k in t:
                     self.nonneg((*path, name, k), t[k])
+            if "ulp" in t and self.typed((*path, name, "ulp"), t["ulp"], "int") and not 0 <= t["ulp"] <= MAX_ULP:
+                self.problem(
+                    (*path, name, "ulp"),
+                    f"ulp must be an integer in [0, {MAX_ULP}], got {t['ulp']}",
+                    "ulp = 0 means bit-exact after the output rounding",
+                )
+
+    def domain(self, path: tuple[str | int, ...], tbl: dict[str, Any], dims: set[str] | None) -> None:
+        """``scale`` (> 0), ``offset``, ``sign`` and a float ``range`` at [validation] or [[ops]]; ``dims``:
+        the dim names a range bound may use (None under [validation], where bounds are numbers)."""
+        if "scale" in tbl:
+            self.nonneg((*path, "scale"), tbl["scale"], positive=True)
+        if "offset" in tbl:
+            self.typed((*path, "offset"), tbl["offset"], "number")
+        if "sign" in tbl:
+            self.choice((*path, "sign"), tbl["sign"], SIGNS, "sign")
+        if "range" in tbl:
+            self.value_range((*path, "range"), tbl["range"], dims)
+
+    def value_range(self, path: tuple[str | int, ...], r: Any, dims: set[str] | None) -> set[str]:
+        """A ``range = [low, high]``: two finite numbers (or dim names where ``dims`` allows), low < high.
+
+        Returns the dim names it uses."""
+        used: set[str] = set()
+        if not isinstance(r, list) or len(r) != 2:
+            self.problem(path, "range is [low, high] with two bounds", 'e.g. range = [-1.0, 1.0] or [0, "C"]')
+            return used
+        for j, b in enumerate(r):
+            if isinstance(b, str):
+                if dims is None:
+                    self.problem((*path, j), f"{self.dotted(path)} bounds are numbers", "dims belong to an op")
+                    continue
+                used.add(b)
+                if b not in dims:
+                    self.problem((*path, j), f"dim {b!r} is used but not declared in [ops.dims]")
+            elif isinstance(b, bool) or not isinstance(b, (int, float)):
+                self.problem((*path, j), "a range bound is a number or a dim name")
+            elif not math.isfinite(b):
+                self.problem(
+                    (*path, j),
+                    f"a range bound must be a finite number, got {b}",
+                    'for one-sided values use sign = "positive" or "negative"',
+                )
+        numeric = all(isinstance(b, (int, float)) and not isinstance(b, bool) and math.isfinite(b) for b in r)
+        if numeric and r[0] >= r[1]:
+            self.problem(path, f"empty range [{r[0]}, {r[1]}]", "low must be below high")
+        return used
 
     # --- the document ----------------------------------------------------------------------
     def check_document(self, raw: dict[str, Any]) -> None:
@@ -647,6 +776,7 @@ class _Checker:
             self.nonneg((*path, "timeout"), tbl["timeout"], positive=True)
         if "distributions" in tbl:
             self.str_list((*path, "distributions"), tbl["distributions"], DISTRIBUTIONS, "distribution")
+        self.domain(path, tbl, None)
         for k in ("max_failure_snapshots", "memory_limit_mb"):
             if k in tbl:
                 self.nonneg((*path, k), tbl[k], "int", positive=k == "memory_limit_mb")
@@ -832,7 +962,10 @@ class _Checker:
                 self.seed((*path, "seeds", j), s)
         if "kwargs" in op:
             self.table((*path, "kwargs"), op["kwargs"])
+        if "nan_contract" in op:
+            self.typed((*path, "nan_contract"), op["nan_contract"], "bool")
         dims = self.check_dims((*path, "dims"), op.get("dims", {}))
+        self.domain(path, op, set(dims) | (set(DEFAULT_DIMS) if "inputs" not in op else set()))
         self.check_inputs(path, op, dims)
 
     def check_dims(self, path: tuple[str | int, ...], value: Any) -> dict[str, Any]:
@@ -872,6 +1005,8 @@ class _Checker:
     def check_inputs(self, path: tuple[str | int, ...], op: dict[str, Any], dims: dict[str, Any]) -> None:
         inputs = op.get("inputs")
         used: set[str] = set()
+        if isinstance(op.get("range"), list):  # the op's float range may name dims
+            used.update(b for b in op["range"] if isinstance(b, str))
         if inputs is None:
             for d in DEFAULT_INPUT_SHAPE:
                 used.add(d)
@@ -919,19 +1054,18 @@ class _Checker:
                 if "distributions" in s:
                     self.str_list((*p, "distributions"), s["distributions"], DISTRIBUTIONS, "distribution")
                 if "range" in s:
-                    r = s["range"]
-                    if not isinstance(r, list) or len(r) != 2:
-                        self.problem((*p, "range"), "range is [low, high) with two bounds", 'e.g. range = [0, "C"]')
-                    else:
-                        for j, b in enumerate(r):
-                            if isinstance(b, str):
-                                used.add(b)
-                                if b not in dims:
-                                    self.problem((*p, "range", j), f"dim {b!r} is used but not declared in [ops.dims]")
-                            elif isinstance(b, bool) or not isinstance(b, (int, float)):
-                                self.problem((*p, "range", j), "a range bound is a number or a dim name")
-                        if all(isinstance(b, (int, float)) and not isinstance(b, bool) for b in r) and r[0] >= r[1]:
-                            self.problem((*p, "range"), f"empty range [{r[0]}, {r[1]})")
+                    used |= self.value_range((*p, "range"), s["range"], set(dims))
+                self.domain(p, {k: v for k, v in s.items() if k != "range"}, set(dims))
+                fixed = s.get("dtype")
+                if isinstance(fixed, str) and fixed in dt.ALL_NAMES and not dt.is_float(fixed):
+                    for k in ("scale", "offset", "sign"):
+                        if k in s:
+                            self.problem(
+                                (*p, k),
+                                f"{k} applies to float inputs; input {name} is {fixed}",
+                                "an integer input draws uniformly from its range = [low, high)",
+                                on_key=True,
+                            )
             names = op.get("input_names")
             if isinstance(names, list) and all(isinstance(n, str) for n in names) and set(names) != set(tbl):
                 self.problem(
@@ -1040,11 +1174,12 @@ class _Checker:
             distributions=tuple(v.get("distributions", DISTRIBUTIONS)),
             max_failure_snapshots=v.get("max_failure_snapshots", 200),
             memory_limit_mb=v.get("memory_limit_mb"),
+            **_domain(v),
         )
         c = raw.get("ci", {})
         quick = c.get("quick", {})
         ci = CIConfig(
-            quick_dtypes=tuple(quick.get("dtypes", c.get("quick_dtypes", ("float32",)))),
+            quick_dtypes=_opt_tuple(quick.get("dtypes", c.get("quick_dtypes"))),
             quick_iterations=quick.get("iterations", 16),
             thorough_timeout=c.get("thorough_timeout"),
             parallel_jobs=c.get("parallel_jobs"),
@@ -1139,6 +1274,7 @@ class _Checker:
                     distributions=tuple(op["inputs"][n]["distributions"])
                     if "distributions" in op["inputs"][n]
                     else None,
+                    **{k: v for k, v in _domain(op["inputs"][n]).items() if k != "range"},
                 )
                 for n in order
             )
@@ -1166,6 +1302,8 @@ class _Checker:
             timeout=float(op["timeout"]) if "timeout" in op else None,
             iterations=op.get("iterations"),
             seeds=tuple(op.get("seeds", ())),
+            nan_contract=bool(op.get("nan_contract", False)),
+            **{k: v if k in op else getattr(validation, k) for k, v in _domain(op).items()},
         )
 
 
@@ -1178,9 +1316,27 @@ def _dim(name: str, spec: Any) -> DimSpec:
     return DimSpec(name, lo, hi, spec.get("default", min(hi, max(lo, 32))))
 
 
+def _domain(raw: dict[str, Any]) -> dict[str, Any]:
+    """The value-domain fields of a checked table (None where absent)."""
+    return {
+        "scale": float(raw["scale"]) if "scale" in raw else None,
+        "offset": float(raw["offset"]) if "offset" in raw else None,
+        "sign": raw.get("sign"),
+        "range": tuple(b if isinstance(b, str) else float(b) for b in raw["range"]) if "range" in raw else None,
+    }
+
+
+def _opt_tuple(value: Any) -> tuple[str, ...] | None:
+    return None if value is None else tuple(value)
+
+
 def _tols(raw: dict[str, Any]) -> dict[str, Tolerance]:
     return {
-        name: Tolerance(float(t["atol"]) if "atol" in t else None, float(t["rtol"]) if "rtol" in t else None)
+        name: Tolerance(
+            float(t["atol"]) if "atol" in t else None,
+            float(t["rtol"]) if "rtol" in t else None,
+            int(t["ulp"]) if "ulp" in t else None,
+        )
         for name, t in raw.items()
     }
 

@@ -11,7 +11,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from ..run.case import CaseResult
+from ..oracle.outcome import CaseResult
 
 KIND_TEXT = {
     "mismatch": "wrong values",

@@ -15,8 +15,8 @@ from typing import Any
 from ... import __version__
 from ..config.load import Config
 from ..config.locations import op_entry, op_source, reference_source
-from ..run.case import CaseResult
-from ..run.validate import OpOutcome, RunResult
+from ..oracle.outcome import CaseResult, OpOutcome
+from ..run.validate import RunResult
 from .lines import replay_command
 
 SCHEMA = 1
@@ -52,6 +52,9 @@ def failure_entry(r: CaseResult, root: Path) -> dict[str, Any]:
         "unexpected_nan": sum(c.unexpected_nan for c in r.comparisons),
         "unexpected_inf": sum(c.unexpected_inf for c in r.comparisons),
         "missing_nan": sum(c.missing_nan for c in r.comparisons),
+        "out_of_range": st["out_of_range"],
+        "suspect_nan": st["suspect_nan"],
+        "examples": _examples(r),
         "first_index": _first_bad(r),
         "message": (r.message or "").strip().splitlines()[0][:500] if (r.message or "").strip() else "",
         "file": file,
@@ -76,6 +79,16 @@ def locate_failures(
         else:
             f["line"] = home["line"] if f["file"] == home["file"] else 1
     return failures
+
+
+def _examples(r: CaseResult) -> dict[str, Any]:
+    """The first element of each non-finite failure kind (index, op value, reference value), for "NaN where
+    the reference is 0.567 (first at [2, 0], 1 of 16 elements)"."""
+    out: dict[str, Any] = {}
+    for c in r.comparisons:
+        for kind, ex in c.examples.items():
+            out.setdefault(kind, {**ex, "count": getattr(c, kind, 0), "total": c.total})
+    return out
 
 
 def _first_bad(r: CaseResult) -> list[int] | None:

@@ -7,11 +7,13 @@ API calls it in the user's own process. Wrong answers (``failed``) and calls tha
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
+import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +23,12 @@ from .. import dtypes as dt
 from ..cases.generate import CaseInputs, generate_inputs, with_layout
 from ..cases.plan import CaseSpec
 from ..cases.rng import Stream
-from ..config.load import OpConfig, ValidationConfig, resolve_tolerance
-from ..oracle.compare import Comparison, compare_output
+from ..config.load import OpConfig, ValidationConfig, resolve_bound
+from ..oracle.compare import CaseFacts, Comparison, Working, compare_output
 from ..oracle.features import output_features
-from ..oracle.invariants import Violation, check_invariants
-from .runners import CallError, Runner, promote
+from ..oracle.invariants import check_invariants
+from ..oracle.outcome import CaseResult
+from .runners import CallableRunner, CallError, Runner, promote
 
 #: Failure kinds that are wrong answers; everything else that is not a pass is an error.
 FAILURE_KINDS = (
@@ -40,69 +43,8 @@ FAILURE_KINDS = (
     "invariant",
 )
 SENSITIVITY_RUNS = 2
-
-
-@dataclass
-class CaseResult:
-    """The outcome of one case; what the store keeps per case."""
-
-    op: str
-    seed: int
-    spec: CaseSpec
-    status: str  # passed | failed | error
-    kind: str | None = None
-    message: str = ""
-    comparisons: list[Comparison] = field(default_factory=list)
-    violations: list[Violation] = field(default_factory=list)
-    durations: dict[str, float] = field(default_factory=dict)
-    file: str | None = None
-    line: int | None = None
-    stderr: str = ""
-    snapshot: dict[str, np.ndarray] | None = None
-    from_snapshot: bool = False
-    features: dict[str, Any] = field(default_factory=dict)
-    tolerance: tuple[float, float] | None = None
-
-    @property
-    def passed(self) -> bool:
-        return self.status == "passed"
-
-    def worst(self) -> Comparison | None:
-        bad = [c for c in self.comparisons if not c.passed] or self.comparisons
-        return max(bad, key=lambda c: c.max_ratio, default=None)
-
-    def stats(self) -> dict[str, float | int | None]:
-        w = self.worst()
-        return {
-            "max_abs": max((c.max_abs for c in self.comparisons), default=None),
-            "max_rel": max((c.max_rel for c in self.comparisons), default=None),
-            "max_ulp": max((c.max_ulp for c in self.comparisons), default=None),
-            "max_ratio": max((c.max_ratio for c in self.comparisons), default=None),
-            "mismatches": sum(c.mismatches for c in self.comparisons),
-            "total": sum(c.total for c in self.comparisons),
-            "worst_output": w.output if w else None,
-        }
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able form (without the snapshot arrays)."""
-        return {
-            "op": self.op,
-            "seed": self.seed,
-            "spec": self.spec.to_dict(),
-            "status": self.status,
-            "kind": self.kind,
-            "message": self.message,
-            "comparisons": [c.to_dict() for c in self.comparisons],
-            "violations": [v.to_dict() for v in self.violations],
-            "durations": self.durations,
-            "file": self.file,
-            "line": self.line,
-            "stderr": self.stderr,
-            "from_snapshot": self.from_snapshot,
-            "features": self.features,
-            "tolerance": list(self.tolerance) if self.tolerance else None,
-            **{k: v for k, v in self.stats().items()},
-        }
+#: How far an element's measured sensitivity may be raised towards its row's typical one (a factor of its own).
+ROW_POOL_FACTOR = 4.0
 
 
 @dataclass
@@ -194,7 +136,7 @@ def run_case(
     ref_inputs = {n: promote(a) for n, a in inputs.logical.items()}
     t0 = time.perf_counter()
     try:
-        ref_out = ctx.ref_runner.call(ref_inputs, dict(op.kwargs))
+        ref_out, ref_overflowed = call_flagged(ctx.ref_runner, ref_inputs, dict(op.kwargs))
     except CallError as exc:
         return fail(
             "error",
@@ -216,6 +158,9 @@ def run_case(
     # each extra reference run happens at most once per case, and only if some output needs it
     sensitivities = functools.cache(lambda: _sensitivity(ctx, spec, ref_inputs, ref_out, eps))
     magnitudes = functools.cache(lambda: _magnitude(ctx, ref_inputs))
+    workings = functools.cache(lambda: _working(ctx, spec, inputs.logical, ref_inputs, ref_out, ref_overflowed))
+    nears = functools.cache(lambda: _near_range(ctx, spec, inputs.logical, ref_inputs))
+    facts, result.features["input_max"] = case_facts(inputs.logical, op)
 
     for name in sorted(ref_out):
         ref = ref_out[name]
@@ -223,7 +168,8 @@ def run_case(
         ref_float = ref.dtype.kind == "f" or ref.dtype.name == "bfloat16"
         expected = op.output_dtype or (spec.dtype if ref_float else dt.dtype_name(ref.dtype))
         got = _dtype_name(out.dtype)
-        atol, rtol = resolve_tolerance(op, ctx.validation, expected)
+        bound = resolve_bound(op, ctx.validation, expected)
+        atol, rtol = bound.atol, bound.rtol
         result.tolerance = (atol, rtol)
         if got != expected:
             cmp = Comparison(
@@ -245,12 +191,16 @@ def run_case(
                 expected,
                 atol,
                 rtol,
+                ulp=bound.ulp,
                 check_nan=ctx.validation.check_nan,
                 check_inf=ctx.validation.check_inf,
                 sensitivity=lambda n=name: sensitivities().get(n),
                 eps=eps,
                 terms=reduction_terms(spec),
                 magnitude=lambda n=name: magnitudes().get(n),
+                working=lambda n=name: workings().get(n),
+                near=lambda n=name: nears().get(n),
+                facts=facts,
                 keep_mask=True,
                 calibration=ctx.calibration,
             )
@@ -259,10 +209,20 @@ def run_case(
         result.comparisons.append(cmp)
     if op.invariants:
         first = op.inputs[0].name if op.inputs else None
+        excused = {c.output: c.excused for c in result.comparisons}
+        bounds = {c.output: c.bound for c in result.comparisons}
         for name in sorted(ref_out):
             atol, rtol = result.tolerance or (0.0, 0.0)
             result.violations += check_invariants(
-                op.invariants, op_out[name], ref_out[name], inputs.logical[first].shape if first else None, atol, rtol
+                op.invariants,
+                op_out[name],
+                ref_out[name],
+                inputs.logical[first].shape if first else None,
+                atol,
+                rtol,
+                out_dtype=_dtype_name(op_out[name].dtype),
+                excused=excused.get(name),
+                bound=bounds.get(name),
             )
     result.durations["compare"] = time.perf_counter() - t0
     result.durations["case"] = time.perf_counter() - started
@@ -300,6 +260,7 @@ def _sensitivity(
     may do: a correct kernel can differ that much where a subnormal meets a huge factor)."""
     worst: dict[str, np.ndarray | None] = {}
     variants = [_perturbed(spec, ref_inputs, eps, j) for j in range(SENSITIVITY_RUNS)]
+    variants += [_ramped(spec, ref_inputs, parity) for parity in (0, 1)]
     flushed = _flushed(ctx.op, spec, ref_inputs)
     if flushed is not None:
         variants.append(flushed)
@@ -344,6 +305,34 @@ def _perturbed(spec: CaseSpec, ref_inputs: dict[str, np.ndarray], eps: float, ru
     return out
 
 
+def _ramped(spec: CaseSpec, ref_inputs: dict[str, np.ndarray], parity: int) -> dict[str, np.ndarray]:
+    """Inputs moved in one direction by a ramp, ``2 u_acc * (i + j + ...)`` (relative), on every other element.
+
+    A sequential sum of n terms in working precision (one thread walking a row, or numpy reducing a
+    strided axis) is the exact sum of its terms perturbed by up to ``(n - 1) u``, all in one direction
+    when the terms are alike (constant rows): the result drifts by up to ``n u / 2``, not the
+    ``sqrt(n) u`` of random rounding, and the drift is shared by every output that uses that sum (x -
+    mean). An input perturbation moves an element's own term as well as the sum, so a plain ramp would
+    leave the elements at the middle of the ramp unmoved; ramping only the elements of one parity (of
+    the index sum, so along every axis at once) moves the others by the whole drift of the shared sum,
+    and the run of the other parity covers the rest.
+    """
+    u = dt.accumulation_info(spec.dtype).unit_roundoff
+    out = {}
+    for name, arr in ref_inputs.items():
+        if arr.dtype == np.float64 and arr.size and arr.ndim:
+            pos = sum(
+                np.arange(n, dtype=np.float64).reshape([-1 if k == ax else 1 for k in range(arr.ndim)])
+                for ax, n in enumerate(arr.shape)
+            )
+            ramp = np.where(pos % 2 == parity, 2.0 * u * pos, 0.0)
+            with np.errstate(invalid="ignore", over="ignore"):
+                out[name] = arr * (1.0 + ramp)
+        else:
+            out[name] = arr
+    return out
+
+
 def _flushed(op: OpConfig, spec: CaseSpec, ref_inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray] | None:
     """The reference inputs with values subnormal in their own dtype set to zero; None if there are none."""
     dtypes = {i.name: i.dtype or spec.dtype for i in op.inputs}
@@ -361,12 +350,13 @@ def _flushed(op: OpConfig, spec: CaseSpec, ref_inputs: dict[str, np.ndarray]) ->
 
 
 def _row_floor(sens: np.ndarray) -> np.ndarray:
-    """Raise each element's sensitivity to the 90th percentile of its row (last axis).
+    """Raise each element's sensitivity towards the 90th percentile of its row (last axis), by at most
+    ``ROW_POOL_FACTOR`` times its own.
 
-    A random perturbation can leave one element of a row almost untouched by chance while a correct
-    kernel's error there is common to the whole row (the rounding of a row's mean or max). The row's
-    typical sensitivity is the better estimate; the percentile keeps one unstable element from
-    widening its neighbours.
+    A random perturbation can leave one element of a row less moved than the rounding a correct kernel
+    shares across the row (a row's mean or max), so a little pooling removes noise; the bound keeps a
+    small, well-conditioned element from borrowing the slack of a huge, ill-conditioned neighbour
+    (an element whose own sensitivity is 0 borrows nothing).
     """
     if sens.ndim == 0 or sens.size == 0:
         return sens
@@ -379,4 +369,160 @@ def _row_floor(sens: np.ndarray) -> np.ndarray:
             warnings.simplefilter("ignore", RuntimeWarning)
             floor = np.nanpercentile(rows, 90, axis=1)
     floor = np.where(np.isnan(floor), 0.0, floor)
-    return np.maximum(sens, np.broadcast_to(floor[:, None], rows.shape).reshape(sens.shape))
+    pooled = np.broadcast_to(floor[:, None], rows.shape).reshape(sens.shape)
+    with np.errstate(invalid="ignore", over="ignore"):
+        capped = np.minimum(pooled, ROW_POOL_FACTOR * np.where(np.isfinite(sens), sens, 0.0))
+    return np.where(np.isfinite(sens), np.maximum(sens, capped), sens)
+
+
+def call_flagged(
+    runner: Runner, inputs: dict[str, np.ndarray], kwargs: dict[str, Any]
+) -> tuple[dict[str, np.ndarray], bool]:
+    """Call ``runner`` and tell whether its evaluation overflowed (numpy's overflow flag was raised).
+
+    The flag tells an overflow apart from an honest infinity (log of 0). References often silence
+    floating-point warnings (``np.errstate(all="ignore")``, ``np.seterr``); while this call runs, those
+    keep every other setting but leave the overflow flag reported to us.
+    """
+    with overflow_watch() as flagged:
+        out = runner.call(inputs, kwargs)
+    return out, bool(flagged)
+
+
+_WATCH = threading.local()
+
+
+@contextlib.contextmanager
+def overflow_watch() -> Iterator[list[str]]:
+    """Record numpy overflows in this thread, even inside ``np.errstate``/``np.seterr`` calls that ignore them."""
+    flagged: list[str] = []
+
+    def note(kind: str, _flag: int) -> None:
+        flagged.append(kind)
+
+    outer = getattr(_WATCH, "note", None)
+    _WATCH.note = note
+    saved = np.errstate, np.seterr
+    np.errstate, np.seterr = _WatchedErrstate, _watched_seterr  # type: ignore[misc,assignment]
+    try:
+        with _ORIGINAL_ERRSTATE(over="call", call=note):
+            yield flagged
+    finally:
+        np.errstate, np.seterr = saved  # type: ignore[misc]
+        _WATCH.note = outer
+
+
+_ORIGINAL_ERRSTATE = np.errstate
+_ORIGINAL_SETERR = np.seterr
+
+
+class _WatchedErrstate(_ORIGINAL_ERRSTATE):  # type: ignore[misc,valid-type]
+    """``np.errstate`` while an overflow watch runs: any setting, but overflows still reach the watch."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        note = getattr(_WATCH, "note", None)
+        if note is not None:
+            kwargs.update(over="call", call=note)
+        super().__init__(**kwargs)
+
+
+def _watched_seterr(**kwargs: Any) -> dict[str, str]:
+    note = getattr(_WATCH, "note", None)
+    if note is not None:
+        kwargs["over"] = "call"
+    return _ORIGINAL_SETERR(**kwargs)
+
+
+def case_facts(logical: dict[str, np.ndarray], op: OpConfig) -> tuple[CaseFacts, float]:
+    """Whether the case's float inputs hold NaN and whether they are all finite, and their largest finite
+    magnitude (a feature diagnosis reads: overflow bugs show above some magnitude, whatever the distribution)."""
+    has_nan, finite, biggest = False, True, 0.0
+    for arr in logical.values():
+        if (arr.dtype.kind == "f" or arr.dtype.name == "bfloat16") and arr.size:
+            a = np.abs(np.asarray(arr, dtype=np.float64))
+            fin = np.isfinite(a)
+            has_nan = has_nan or bool(np.isnan(a).any())
+            finite = finite and bool(fin.all())
+            if fin.any():
+                biggest = max(biggest, float(a[fin].max()))
+    return CaseFacts(inputs_nan=has_nan, inputs_finite=finite, nan_contract=op.nan_contract), biggest
+
+
+def _working(
+    ctx: CaseContext,
+    spec: CaseSpec,
+    logical: dict[str, np.ndarray],
+    ref_inputs: dict[str, np.ndarray],
+    ref_out: dict[str, np.ndarray],
+    ref_overflowed: bool,
+) -> dict[str, Working]:
+    """The reference evaluated in the working precision, per output (empty when it cannot be).
+
+    For 16- and 32-bit cases the reference runs on the inputs in float32, the precision a correct
+    kernel computes in: where that evaluation overflows, so must a straightforward correct kernel. For
+    float64 cases the reference is itself the working evaluation; where it overflowed, it is compared
+    with an evaluation in long double (wider exponent range) when the reference runs in process.
+    """
+    if spec.dtype != "float64":
+        work_inputs = {
+            n: np.asarray(a, dtype=np.float32)
+            if (a.dtype.kind == "f" and a.dtype.itemsize <= 4) or a.dtype.name == "bfloat16"
+            else ref_inputs[n]
+            for n, a in logical.items()
+        }
+        try:
+            with np.errstate(invalid="ignore", divide="ignore", under="ignore"):
+                out, overflowed = call_flagged(ctx.ref_runner, work_inputs, dict(ctx.op.kwargs))
+        except CallError:
+            return {}
+        return {n: Working(_as_float64(v), overflowed) for n, v in out.items() if n in ref_out}
+    if not ref_overflowed:
+        return {}
+    wider: dict[str, np.ndarray] = {}
+    if isinstance(ctx.ref_runner, CallableRunner) and np.finfo(np.longdouble).maxexp > np.finfo(np.float64).maxexp:
+        long_inputs = {n: a.astype(np.longdouble) if a.dtype == np.float64 else a for n, a in ref_inputs.items()}
+        try:
+            with np.errstate(all="ignore"):
+                wider = ctx.ref_runner.call(long_inputs, dict(ctx.op.kwargs))
+        except CallError:
+            wider = {}
+    return {
+        n: Working(np.asarray(v, dtype=np.float64), True, wider.get(n) if _float_like(wider.get(n)) else None)
+        for n, v in ref_out.items()
+    }
+
+
+def _near_range(
+    ctx: CaseContext, spec: CaseSpec, logical: dict[str, np.ndarray], ref_inputs: dict[str, np.ndarray]
+) -> dict[str, np.ndarray]:
+    """The reference in the working precision on the float inputs doubled (those that stay finite doubled).
+
+    A correct kernel's intermediates differ from the reference's by small factors: a fused multiply-add
+    in the reference's BLAS keeps ``a * b + c`` finite where a kernel's separate product ``a * b``
+    overflows, a different summation order reaches a larger partial sum. Where the reference overflows
+    once every input is doubled, the element is within that margin of the range. An input already at
+    the top of its dtype stays as it is: it is no intermediate, and a correct kernel handles it.
+    """
+    work = np.float64 if spec.dtype == "float64" else np.float32
+    doubled = {}
+    for n, a in logical.items():
+        if (a.dtype.kind == "f" and a.dtype.itemsize <= 8) or a.dtype.name == "bfloat16":
+            x = np.asarray(a, dtype=work)
+            with np.errstate(over="ignore", invalid="ignore"):
+                x2 = x * work(2)
+            doubled[n] = np.where(np.isfinite(x2) | ~np.isfinite(x), x2, x)
+        else:
+            doubled[n] = ref_inputs[n]
+    try:
+        with np.errstate(all="ignore"):
+            return ctx.ref_runner.call(doubled, dict(ctx.op.kwargs))
+    except CallError:
+        return {}
+
+
+def _float_like(a: np.ndarray | None) -> bool:
+    return a is not None and a.dtype.kind == "f"
+
+
+def _as_float64(a: np.ndarray) -> np.ndarray:
+    return np.asarray(a, dtype=np.float64) if (a.dtype.kind == "f" or a.dtype.name == "bfloat16") else a

@@ -24,7 +24,7 @@ from typing import IO, Any
 
 from ..cases.plan import CaseSpec
 from ..config.load import OpConfig, ValidationConfig
-from .case import CaseResult
+from ..oracle.outcome import CaseResult
 from .zygote import ForkedProcess, get_zygote
 
 STDERR_TAIL = 3000

@@ -15,17 +15,18 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from ..cases.generate import generate_inputs
-from ..cases.plan import QUICK_STRATEGIES, CaseSpec, cover_minimums, derive_case, iter_seeds, mode_filter
+from ..cases.plan import CaseSpec, derive_case, plan_cases
 from ..config.load import Config, OpConfig
+from ..oracle.diagnose import diagnose
+from ..oracle.outcome import CaseResult, OpOutcome
 from ..store.db import Store
-from .case import CaseResult
+from .confirm import make_probe
 from .runners import is_library
 from .supervisor import Cancelled, SetupFailed, Worker, WorkerLost
 from .worker import CASE_MARK
@@ -56,36 +57,6 @@ class RunOptions:
     on_case: Callable[[str, CaseResult, int, int], None] | None = None
     on_op_start: Callable[[str, int], None] | None = None
     on_op: Callable[[OpOutcome], None] | None = None
-
-
-@dataclass
-class OpOutcome:
-    """An op's verdict over its cases."""
-
-    op: str
-    status: str  # passed | failed | error | not_run | cancelled
-    cases: list[CaseResult] = field(default_factory=list)
-    planned: int = 0
-    message: str = ""
-    setup_error: dict[str, Any] | None = None
-    elapsed: float = 0.0
-    stopped: str | None = None
-    diagnosis: str = ""
-
-    def count(self, status: str) -> int:
-        return sum(1 for c in self.cases if c.status == status)
-
-    @property
-    def failures(self) -> list[CaseResult]:
-        return [c for c in self.cases if c.status != "passed"]
-
-    def stats(self) -> dict[str, Any]:
-        out: dict[str, Any] = dict.fromkeys(("max_abs", "max_rel", "max_ulp", "max_ratio"))
-        for c in self.cases:
-            for key, value in c.stats().items():
-                if key in out and value is not None and (out[key] is None or value > out[key]):
-                    out[key] = value
-        return out
 
 
 @dataclass
@@ -125,14 +96,18 @@ def plan_op(
     seed: int | None,
     accept: Callable[[CaseSpec], bool] | None = None,
 ) -> list[CaseSpec]:
-    """The cases a run of ``op`` in ``mode`` covers (pinned seeds first); ``accept`` narrows thorough runs."""
+    """The cases a run of ``op`` in ``mode`` covers (pinned seeds first); ``accept`` narrows thorough runs.
+
+    Quick: ``[ci.quick]`` iterations in ``[ci] quick_dtypes`` (unset: float32 plus a few float16/bfloat16
+    cases, see :func:`~gpuemu_ls.engine.cases.plan.plan_quick`). Thorough: the op's iterations, every dim's
+    minimum and each structure distribution at a boundary shape covered (``plan_thorough``).
+    """
     base = config.validation.seed if seed is None else seed
     if mode == "quick":
         n = iterations or config.ci.quick_iterations
-        accept = mode_filter(op, dtypes=config.ci.quick_dtypes, strategies=QUICK_STRATEGIES)
     else:
         n = iterations or op.iterations or config.validation.iterations
-    return cover_minimums(op, list(iter_seeds(op, base, n, accept=accept)), accept=accept)
+    return plan_cases(op, mode, base, n, quick_dtypes=config.ci.quick_dtypes, accept=accept)
 
 
 def case_timeout(config: Config, op: OpConfig) -> float:
@@ -276,7 +251,7 @@ def run_op(
     elif outcome.status == "error" and any(c.status == "failed" for c in outcome.cases):
         outcome.status = "failed"
     if not outcome.message:
-        outcome.message = _op_message(outcome)
+        outcome.message = outcome.summary()
     return outcome
 
 
@@ -325,7 +300,7 @@ def _run_op_sharded(
     else:
         outcome.status = op_status(outcome.cases)
     if not outcome.message:
-        outcome.message = _op_message(outcome)
+        outcome.message = outcome.summary()
     return outcome
 
 
@@ -391,18 +366,6 @@ def crash_site(stderr: str, root: Path | None) -> tuple[str | None, int | None]:
     return None, None
 
 
-def _op_message(o: OpOutcome) -> str:
-    n = len(o.cases)
-    parts = [f"{o.count('passed')}/{n} passed"]
-    if o.count("failed"):
-        parts.append(f"{o.count('failed')} failed")
-    if o.count("error"):
-        parts.append(f"{o.count('error')} errors")
-    if o.stopped:
-        parts.append(f"stopped: {o.stopped}")
-    return ", ".join(parts)
-
-
 def run_validation(
     config: Config,
     options: RunOptions,
@@ -412,7 +375,6 @@ def run_validation(
     snapshots: dict[str, dict[int, dict[str, np.ndarray]]] | None = None,
 ) -> RunResult:
     """Validate the selected ops of a workspace; write every case to the store as it finishes an op."""
-    from ..oracle.diagnose import diagnose  # late: diagnose depends on OpOutcome
 
     t0 = time.monotonic()
     names = options.ops or [o.name for o in config.ops]
@@ -449,7 +411,18 @@ def run_validation(
             outcome = _run_op_sharded(config, op, specs, workers, options, op_snapshots, shard_pool, shards)
         else:
             outcome = run_op(config, op, specs, workers, options, op_snapshots)
-        outcome.diagnosis = diagnose(outcome, op, config.root)
+        probe = None
+        if options.mode in (*VERDICT_MODES, "calibrate") and outcome.status in ("failed", "error"):
+            quiet = dataclasses.replace(
+                options, on_case=None, on_op=None, on_op_start=None, fail_fast=False, time_budget=None
+            )
+
+            def run_one(spec: CaseSpec) -> CaseResult | None:
+                found = run_op(config, op, [spec], workers, quiet, None).cases
+                return found[0] if found else None
+
+            probe = make_probe(config, op, run_one)
+        outcome.diagnosis = diagnose(outcome, op, config.root, probe)
         if store is not None and run_id is not None and outcome.status != "cancelled":
             with store_lock:
                 store.add_cases(
@@ -503,6 +476,7 @@ def _store_verdict(store: Store, run_id: str, outcome: OpOutcome, mode: str) -> 
             "stopped": outcome.stopped,
             "planned": outcome.planned,
             "mode": mode,
+            "condition": outcome.condition,
         },
     )
 

@@ -30,7 +30,7 @@ from ... import __version__
 from .. import dtypes as dt
 
 if TYPE_CHECKING:
-    from ..run.case import CaseResult
+    from ..oracle.outcome import CaseResult
 
 SCHEMA_VERSION = 1
 DEFAULT_RELATIVE = Path(".gpuemu") / "gpuemu.db"

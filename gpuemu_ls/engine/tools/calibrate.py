@@ -4,7 +4,19 @@ The op runs over many cases per dtype. For each case the largest absolute error 
 (what atol must cover) and the largest relative error where |ref| > 1 (what rtol must cover) are
 taken; the proposal is a percentile of each over the cases (p95 by default) times a safety factor
 (1.5), rounded up to two significant digits. ``--write`` puts the proposal into the op's
-``[ops.tolerances]`` with tomlkit, keeping the file's comments and layout.
+``[ops.tolerances]`` with tomlkit, keeping the file's comments and layout, after checking the new
+file with the same checker that reads it.
+
+Calibration cannot blind the check: it **refuses** (exit 1, no edit offered) when the op's failures
+look like a bug rather than rounding, namely when
+
+* cases fail with NaN or inf where the reference is finite (no tolerance covers a non-number);
+* the proposal is far beyond any rounding: ``atol`` or ``rtol`` of ``FAR`` (2**-5, about 3 %) or more;
+* the failures are confined to a condition that the confirmation cases confirmed (a layout, a size
+  that is not a multiple of a block, an edge size, a distribution, an input magnitude): rounding
+  error grows with length (``N > t`` is allowed) but does not pick one tile or one layout.
+
+``force`` overrides the refusal with a warning.
 """
 
 from __future__ import annotations
@@ -18,12 +30,31 @@ import numpy as np
 from .. import dtypes as dt
 from ..cases.plan import mode_filter
 from ..config.edits import set_tolerances
-from ..config.load import Config, OpConfig, resolve_tolerance
-from ..errors import UsageError
+from ..config.load import Config, OpConfig, load_config, resolve_tolerance
+from ..errors import ConfigError, UsageError
+from ..oracle.outcome import CaseResult
 from ..run.validate import RunOptions, plan_op, run_validation
 
 METHODS = ("p50", "p90", "p95", "p99", "max")
 DEFAULT_METHOD, DEFAULT_FACTOR = "p95", 1.5
+#: A tolerance at or above this (relative, or absolute where |ref| <= 1) is no rounding of any dtype.
+FAR = 2.0**-5
+#: Kinds of confirmed conditions that rounding never explains (``above``, growth with length, it can).
+BUG_CONDITIONS = ("layout", "modulo", "equal", "distribution", "below", "magnitude")
+NONFINITE = ("unexpected_nan", "unexpected_inf", "missing_nan")
+
+
+class CalibrationRefused(UsageError):
+    """The op's failures look like a bug: a wider tolerance would hide it (``force`` overrides)."""
+
+    def __init__(self, op: str, reasons: list[str]) -> None:
+        self.op = op
+        self.reasons = reasons
+        super().__init__(
+            f"refusing to calibrate {op!r}: its failures look like a bug, not rounding: "
+            + "; ".join(reasons)
+            + ". Fix the kernel (gpuemu failures, reproduce, minimize), or pass --force if you are sure it is correct."
+        )
 
 
 @dataclass
@@ -37,6 +68,7 @@ class Proposal:
     failing_now: int = 0
     failing_proposed: int = 0
     excluded: int = 0
+    refusal: list[str] = field(default_factory=list)  # why this proposal looks like it would hide a bug
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -49,6 +81,7 @@ class Proposal:
             "failing_now": self.failing_now,
             "failing_proposed": self.failing_proposed,
             "excluded": self.excluded,
+            "refusal": self.refusal,
         }
 
 
@@ -69,6 +102,73 @@ def _stat(values: list[float], method: str) -> float:
     return float(np.percentile(values, float(method[1:])))
 
 
+def check_factor(method: str, factor: float) -> None:
+    if method not in METHODS:
+        raise UsageError(f"--method {method!r}: use one of {', '.join(METHODS)}")
+    if not (isinstance(factor, (int, float)) and math.isfinite(factor) and factor > 0):
+        raise UsageError(f"--factor must be a finite number > 0, got {factor!r}")
+
+
+def propose(
+    config: Config,
+    op: OpConfig,
+    dtype: str,
+    cases: list[CaseResult],
+    method: str,
+    factor: float,
+    condition: dict[str, Any] | None = None,
+) -> Proposal:
+    """The proposal for one dtype from its cases, with the reasons it would hide a bug (``refusal``).
+
+    ``condition`` is the run's diagnosis condition (``OpOutcome.condition``), if any.
+    """
+    small, large, excluded = [], [], 0
+    for c in cases:
+        numeric = [cmp for cmp in c.comparisons if cmp.kind in (None, "mismatch")]
+        if c.status == "error" or not numeric or c.kind in (*NONFINITE, "shape_mismatch", "dtype_mismatch"):
+            excluded += 1
+            continue
+        small.append(max(cmp.max_abs_small for cmp in numeric))
+        large.append(max(cmp.max_rel_large for cmp in numeric))
+    out_dtype = op.output_dtype or dtype
+    atol = round_up(_stat(small, method) * factor)
+    rtol = round_up(
+        max(
+            _stat(large, method) * factor,
+            dt.FLOAT_INFO[out_dtype].unit_roundoff if out_dtype in dt.FLOAT_INFO else 0.0,
+        )
+    )
+    current = resolve_tolerance(op, config.validation, out_dtype)
+    p = Proposal(dtype, len(cases), atol, rtol, current, excluded=excluded)
+    for label, vals in (("abs_err_small_ref", small), ("rel_err_large_ref", large)):
+        p.observed[label] = {m: _stat(vals, m) for m in ("p50", "p95", "max")}
+    p.failing_now = sum(1 for c in cases if c.status == "failed")
+    p.failing_proposed = sum(1 for s_, l_ in zip(small, large) if s_ > atol or l_ > rtol)
+    p.refusal = refusal_reasons(p, cases, condition)
+    return p
+
+
+def refusal_reasons(p: Proposal, cases: list[CaseResult], condition: dict[str, Any] | None) -> list[str]:
+    """Why widening the tolerance to ``p`` would hide a bug (empty: it looks like rounding)."""
+    reasons = []
+    nonfinite = [c for c in cases if c.status == "failed" and c.kind in NONFINITE]
+    if nonfinite:
+        c = nonfinite[0]
+        reasons.append(
+            f"{len(nonfinite)} case(s) fail with {c.kind.replace('_', ' ')} (e.g. seed {c.seed}): "
+            "no tolerance covers that"
+        )
+    far = [(k, v) for k, v in (("atol", p.atol), ("rtol", p.rtol)) if v >= FAR and p.failing_now]
+    if far:
+        what = ", ".join(f"{k} = {v:.2g}" for k, v in far)
+        reasons.append(f"the proposal ({what}) is far beyond any rounding (>= {FAR:g})")
+    if condition and condition.get("confirmed") and p.failing_now:
+        kinds = set(str(condition.get("kind", "")).split("+"))
+        if kinds & set(BUG_CONDITIONS):
+            reasons.append(f"the failures are confined to a confirmed condition: {condition.get('text')}")
+    return reasons
+
+
 def calibrate(
     config: Config,
     op: OpConfig,
@@ -79,12 +179,13 @@ def calibrate(
     factor: float = DEFAULT_FACTOR,
     seed: int | None = None,
     jobs: int = 1,
+    force: bool = False,
 ) -> list[Proposal]:
-    """Run the op over ``iterations`` cases per dtype and propose (atol, rtol) per dtype."""
-    if method not in METHODS:
-        raise UsageError(f"--method {method!r}: use one of {', '.join(METHODS)}")
-    if factor <= 0:
-        raise UsageError("--factor must be > 0")
+    """Run the op over ``iterations`` cases per dtype and propose (atol, rtol) per dtype.
+
+    Raises :class:`CalibrationRefused` when a proposal would hide a bug, unless ``force``.
+    """
+    check_factor(method, factor)
     chosen = dtypes or list(op.dtypes)
     for d in chosen:
         if d not in op.dtypes:
@@ -97,39 +198,32 @@ def calibrate(
             RunOptions(mode="calibrate", ops=[op.name], jobs=jobs, source="calibrate", store=False),
             specs_by_op={op.name: specs},
         )
-        cases = result.outcomes[0].cases
-        small, large, excluded = [], [], 0
-        for c in cases:
-            numeric = [cmp for cmp in c.comparisons if cmp.kind in (None, "mismatch")]
-            if (
-                c.status == "error"
-                or not numeric
-                or c.kind in ("unexpected_nan", "unexpected_inf", "missing_nan", "shape_mismatch", "dtype_mismatch")
-            ):
-                excluded += 1
-                continue
-            small.append(max(cmp.max_abs_small for cmp in numeric))
-            large.append(max(cmp.max_rel_large for cmp in numeric))
-        out_dtype = op.output_dtype or d
-        atol = round_up(_stat(small, method) * factor)
-        rtol = round_up(
-            max(
-                _stat(large, method) * factor,
-                dt.FLOAT_INFO[out_dtype].unit_roundoff if out_dtype in dt.FLOAT_INFO else 0.0,
-            )
-        )
-        current = resolve_tolerance(op, config.validation, out_dtype)
-        p = Proposal(d, len(cases), atol, rtol, current, excluded=excluded)
-        for label, vals in (("abs_err_small_ref", small), ("rel_err_large_ref", large)):
-            p.observed[label] = {m: _stat(vals, m) for m in ("p50", "p95", "max")}
-        p.failing_now = sum(1 for c in cases if c.status == "failed")
-        p.failing_proposed = sum(1 for s_, l_ in zip(small, large) if s_ > atol or l_ > rtol)
+        outcome = result.outcomes[0]
+        p = propose(config, op, d, outcome.cases, method, factor, outcome.condition)
         proposals.append(p)
+    reasons = [f"{p.dtype}: {r}" for p in proposals for r in p.refusal]
+    if reasons and not force:
+        raise CalibrationRefused(op.name, reasons)
     return proposals
 
 
 def write_tolerances(config: Config, op: OpConfig, proposals: list[Proposal]) -> None:
-    """Set ``[ops.tolerances]`` of the op in gpuemu.toml, keeping everything else byte for byte."""
+    """Set ``[ops.tolerances]`` of the op in gpuemu.toml, keeping everything else byte for byte; the new
+    file is checked by the same checker that reads it first, and not written if it fails."""
     text = config.path.read_text(encoding="utf-8")
-    new = set_tolerances(text, op.index, op.name, {p.dtype: (p.atol, p.rtol) for p in proposals})
+    new = tolerance_text(config, op, proposals, text)
     config.path.write_text(new, encoding="utf-8")
+
+
+def tolerance_text(config: Config, op: OpConfig, proposals: list[Proposal], text: str) -> str:
+    """The gpuemu.toml text with the proposals set, checked like any configuration (UsageError if invalid)."""
+    for p in proposals:
+        if not all(math.isfinite(v) and v >= 0 for v in (p.atol, p.rtol)):
+            bad = f"{p.dtype} atol={p.atol} rtol={p.rtol}"
+            raise UsageError(f"not writing {config.path.name}: {bad} is not a tolerance")
+    new = set_tolerances(text, op.index, op.name, {p.dtype: (p.atol, p.rtol) for p in proposals})
+    try:
+        load_config(config.root, text=new)
+    except ConfigError as exc:
+        raise UsageError(f"not writing {config.path.name}: the result would not load: {exc}") from None
+    return new

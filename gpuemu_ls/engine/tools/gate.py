@@ -17,9 +17,9 @@ from typing import Any
 
 from ..config.load import Config
 from ..errors import UsageError
+from ..oracle.outcome import CaseResult
 from ..report.baseline import baseline_path, load_baseline, regressions
 from ..report.results import build_document
-from ..run.case import CaseResult
 from ..run.validate import RunOptions, run_validation
 from ..store.db import Store
 

@@ -24,7 +24,7 @@ from ..cases.generate import generate_inputs
 from ..cases.plan import CaseSpec, shape_of
 from ..config.load import Config, OpConfig
 from ..errors import UsageError
-from ..run.case import CaseResult
+from ..oracle.outcome import CaseResult
 from ..run.supervisor import Cancelled, SetupFailed, Worker, WorkerLost
 from ..run.validate import _lost_case, case_timeout, replay_spec
 from ..store.db import Store

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..cases.plan import CaseSpec
 from ..config.load import Config, OpConfig, is_callable_ref, resolve_tolerance
-from ..run.case import CaseResult
+from ..oracle.outcome import CaseResult
 
 REPRO_DIR = Path(".gpuemu") / "repro"
 

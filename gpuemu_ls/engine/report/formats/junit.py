@@ -96,6 +96,11 @@ def _suite(root: ET.Element, name: str, entries: list[dict[str, Any]], doc: dict
     for key in ("mode", "seed", "shard", "run_id", "project"):
         if doc.get(key) is not None:
             ET.SubElement(props, "property", name=key, value=str(doc[key]))
+    for e in entries:  # what is neither passed nor failed (junit-10 has no properties per testcase)
+        st = e.get("stats") or {}
+        for key in ("out_of_range", "out_of_range_cases", "suspect_nan", "suspect_cases"):
+            if st.get(key):
+                ET.SubElement(props, "property", name=f"{e['name']}.{key}", value=str(st[key]))
     return suite
 
 

@@ -56,6 +56,9 @@ class _Rules:
         return self.index[rule_id]
 
 
+NOT_JUDGED = ("out_of_range", "out_of_range_cases", "suspect_nan", "suspect_cases")
+
+
 def render_sarif(doc: dict[str, Any]) -> str:
     rules = _Rules()
     results: list[dict[str, Any]] = []
@@ -180,7 +183,17 @@ def render_sarif(doc: dict[str, Any]) -> str:
                         "exitCode": int(doc.get("exit_code", 0)),
                     }
                 ],
-                "properties": {"mode": doc.get("mode"), "seed": doc.get("seed"), "shard": doc.get("shard")},
+                "properties": {
+                    "mode": doc.get("mode"),
+                    "seed": doc.get("seed"),
+                    "shard": doc.get("shard"),
+                    # neither passed nor failed, shown all the same: elements out of range, suspect references
+                    "notJudged": {
+                        e["name"]: {k: e["stats"][k] for k in NOT_JUDGED if (e.get("stats") or {}).get(k)}
+                        for e in doc["ops"]
+                        if any((e.get("stats") or {}).get(k) for k in NOT_JUDGED)
+                    },
+                },
             }
         ],
     }

@@ -9,13 +9,31 @@ from ..lines import KIND_TEXT
 WORD = {"passed": "PASS", "failed": "FAIL", "error": "ERROR", "not_run": "NOT RUN", "cancelled": "CANCELLED"}
 
 
+def nonfinite_text(kind: str, ex: dict[str, Any]) -> str:
+    """ "NaN where the reference is 0.567 (first at [2, 2, 0], 1 of 16 elements)": what a NaN failure is."""
+    op, ref = _num(ex.get("op")), _num(ex.get("ref"))
+    head = {
+        "unexpected_nan": f"NaN where the reference is {ref}",
+        "unexpected_inf": f"{op} where the reference is {ref}",
+        "missing_nan": f"{op} where the reference is NaN",
+    }[kind]
+    return f"{head} (first at {ex.get('index')}, {ex.get('count', '?')} of {ex.get('total', '?')} elements)"
+
+
+def _num(x: Any) -> str:
+    return f"{x:.4g}" if isinstance(x, (int, float)) else str(x)
+
+
 def _err(f: dict[str, Any]) -> str:
     where = f" (first at {f['first_index']})" if f.get("first_index") is not None else ""
+    examples = f.get("examples") or {}
     for key, what in (
         ("unexpected_nan", "NaN where the reference is finite"),
         ("unexpected_inf", "inf where the reference is finite"),
         ("missing_nan", "finite where the reference is NaN"),
     ):
+        if f["kind"] == key and examples.get(key):
+            return nonfinite_text(key, examples[key])
         if f["kind"] == key and f.get(key):
             return f"{f[key]}/{f.get('total')} outputs {what}{where}"
     if f["kind"] in ("mismatch", "unexpected_nan", "unexpected_inf", "missing_nan") and f.get("max_abs") is not None:
@@ -48,7 +66,9 @@ def render_text(doc: dict[str, Any], *, show: int = 3, replay_prefix: str = "") 
     for e in doc["ops"]:
         stats = e.get("stats") or {}
         err = ""
-        if stats.get("max_abs") is not None:
+        if e["status"] == "failed" and stats.get("nonfinite_cases"):
+            err = f"NaN/inf in {stats['nonfinite_cases']} cases"  # not a small finite "max err"
+        elif stats.get("max_abs") is not None:
             err = f"max err {stats['max_abs']:.3g}"
             ratio = stats.get("max_ratio")
             if e["status"] == "passed" and isinstance(ratio, (int, float)):

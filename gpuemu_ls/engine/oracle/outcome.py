@@ -1,0 +1,147 @@
+"""The records of verdicts: one case's outcome and one op's, as the oracle judges them and the store keeps them.
+
+They live here, below the runners and the store, so that diagnosis (which reads them), the store
+(which keeps them) and the orchestrator (which makes them) import them without a cycle.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..cases.plan import CaseSpec
+from .compare import Comparison
+from .invariants import Violation
+
+#: Failure kinds where the op's value is not a number (or the reference's is not).
+NONFINITE_KINDS = ("unexpected_nan", "unexpected_inf", "missing_nan")
+
+
+@dataclass
+class CaseResult:
+    """The outcome of one case; what the store keeps per case."""
+
+    op: str
+    seed: int
+    spec: CaseSpec
+    status: str  # passed | failed | error
+    kind: str | None = None
+    message: str = ""
+    comparisons: list[Comparison] = field(default_factory=list)
+    violations: list[Violation] = field(default_factory=list)
+    durations: dict[str, float] = field(default_factory=dict)
+    file: str | None = None
+    line: int | None = None
+    stderr: str = ""
+    snapshot: dict[str, np.ndarray] | None = None
+    from_snapshot: bool = False
+    features: dict[str, Any] = field(default_factory=dict)
+    tolerance: tuple[float, float] | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "passed"
+
+    def worst(self) -> Comparison | None:
+        bad = [c for c in self.comparisons if not c.passed] or self.comparisons
+        return max(bad, key=lambda c: c.max_ratio, default=None)
+
+    def stats(self) -> dict[str, float | int | None]:
+        w = self.worst()
+        return {
+            "max_abs": max((c.max_abs for c in self.comparisons), default=None),
+            "max_rel": max((c.max_rel for c in self.comparisons), default=None),
+            "max_ulp": max((c.max_ulp for c in self.comparisons), default=None),
+            "max_ratio": max((c.max_ratio for c in self.comparisons), default=None),
+            "mismatches": sum(c.mismatches for c in self.comparisons),
+            "total": sum(c.total for c in self.comparisons),
+            "worst_output": w.output if w else None,
+            "out_of_range": sum(c.out_of_range for c in self.comparisons),
+            "suspect_nan": sum(c.suspect_nan for c in self.comparisons),
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form (without the snapshot arrays)."""
+        return {
+            "op": self.op,
+            "seed": self.seed,
+            "spec": self.spec.to_dict(),
+            "status": self.status,
+            "kind": self.kind,
+            "message": self.message,
+            "comparisons": [c.to_dict() for c in self.comparisons],
+            "violations": [v.to_dict() for v in self.violations],
+            "durations": self.durations,
+            "file": self.file,
+            "line": self.line,
+            "stderr": self.stderr,
+            "from_snapshot": self.from_snapshot,
+            "features": self.features,
+            "tolerance": list(self.tolerance) if self.tolerance else None,
+            **{k: v for k, v in self.stats().items()},
+        }
+
+
+@dataclass
+class OpOutcome:
+    """An op's verdict over its cases."""
+
+    op: str
+    status: str  # passed | failed | error | not_run | cancelled
+    cases: list[CaseResult] = field(default_factory=list)
+    planned: int = 0
+    message: str = ""
+    setup_error: dict[str, Any] | None = None
+    elapsed: float = 0.0
+    stopped: str | None = None
+    diagnosis: str = ""
+    condition: dict[str, Any] | None = None  # the diagnosis' condition: text, kind, exact, confirmed
+
+    def count(self, status: str) -> int:
+        return sum(1 for c in self.cases if c.status == status)
+
+    @property
+    def failures(self) -> list[CaseResult]:
+        return [c for c in self.cases if c.status != "passed"]
+
+    def stats(self) -> dict[str, Any]:
+        """Largest errors over the cases, and the counts every face shows besides passes and failures."""
+        out: dict[str, Any] = dict.fromkeys(("max_abs", "max_rel", "max_ulp", "max_ratio"))
+        counts = dict.fromkeys(
+            ("out_of_range", "out_of_range_cases", "suspect_nan", "suspect_cases", "nonfinite_cases"), 0
+        )
+        for c in self.cases:
+            st = c.stats()
+            for key, value in st.items():
+                if key in out and value is not None and (out[key] is None or value > out[key]):
+                    out[key] = value
+            counts["out_of_range"] += st["out_of_range"] or 0
+            counts["out_of_range_cases"] += bool(st["out_of_range"])
+            counts["suspect_nan"] += st["suspect_nan"] or 0
+            counts["suspect_cases"] += bool(st["suspect_nan"])
+            counts["nonfinite_cases"] += c.status == "failed" and c.kind in NONFINITE_KINDS
+        return {**out, **counts}
+
+    def summary(self) -> str:
+        """The op's one-line message: "38/50 passed, 12 failed (8 on NaN/inf); 212 elements out of range in 9 cases"."""
+        n = len(self.cases)
+        st = self.stats()
+        parts = [f"{self.count('passed')}/{n} passed"]
+        failed = self.count("failed")
+        if failed:
+            nonfinite = st["nonfinite_cases"]
+            parts.append(f"{failed} failed" + (f" ({nonfinite} on NaN/inf)" if nonfinite else ""))
+        if self.count("error"):
+            parts.append(f"{self.count('error')} errors")
+        if self.stopped:
+            parts.append(f"stopped: {self.stopped}")
+        text = ", ".join(parts)
+        if st["out_of_range"]:
+            text += f"; {st['out_of_range']} elements out of range in {st['out_of_range_cases']} cases (not judged)"
+        if st["suspect_nan"]:
+            text += (
+                f"; the reference returns NaN from NaN-free inputs in {st['suspect_cases']} cases: check the reference"
+            )
+        return text

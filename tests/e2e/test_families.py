@@ -1,0 +1,127 @@
+"""examples/families through the real CLI: every correct kernel of the common op families passes and every
+buggy twin (`_bug_` in its name) fails, with default settings, for several seeds, and in quick mode.
+
+The workspace holds a correct kernel per op family (matmul, split-K matmul, attention, flash attention,
+layernorm, rmsnorm, softmax, log-softmax, logsumexp, cross-entropy, row statistics, cumsum, gram,
+activations, casts) and one or more twins that differ from it by the one line that is the bug.
+`expected.toml` says when each twin's bug shows and whether it can show in a float32 case.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+ROOT = Path(__file__).resolve().parents[2]
+FAMILIES = ROOT / "examples" / "families"
+SEEDS = (0, 1000, 2000)
+QUICK_SEED = 0
+
+
+def _op_names() -> list[str]:
+    with open(FAMILIES / "gpuemu.toml", "rb") as f:
+        return [op["name"] for op in tomllib.load(f)["ops"]]
+
+
+def _expected() -> dict[str, dict[str, Any]]:
+    with open(FAMILIES / "expected.toml", "rb") as f:
+        return tomllib.load(f)
+
+
+OPS = _op_names()
+CORRECT = [n for n in OPS if "_bug_" not in n]
+BUGGY = [n for n in OPS if "_bug_" in n]
+EXPECTED = _expected()
+
+
+def _run(tmp: Path, *args: str) -> dict[str, dict[str, Any]]:
+    """`gpuemu test` on a fresh copy of the workspace; the JSON report's ops by name."""
+    ws = tmp / "families"
+    shutil.copytree(FAMILIES, ws, ignore=shutil.ignore_patterns(".gpuemu", "__pycache__"))
+    env = {k: v for k, v in os.environ.items() if k != "GPUEMU_STORE"}
+    env["GPUEMU_USER_CONFIG"] = str(tmp / "no-user-config.toml")  # no user defaults leak in
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpuemu_ls", "test", "-j", "2", "--format", "json", *args],
+        cwd=ws,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
+    )
+    assert proc.returncode in (0, 1), f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    doc = json.loads(proc.stdout)
+    ops = {e["name"]: e for e in doc["ops"]}
+    assert set(ops) == set(OPS), f"ops reported {sorted(ops)} != ops configured {sorted(OPS)}"
+    return ops
+
+
+def _explain(entry: dict[str, Any]) -> str:
+    """The op's message, diagnosis and first failures, for an assert message."""
+    lines = [f"{entry['name']}: {entry['status']} - {entry.get('message', '')}"]
+    if entry.get("setup_error"):
+        lines.append(f"  setup error: {entry['setup_error']}")
+    if entry.get("diagnosis"):
+        lines.append(f"  diagnosis: {entry['diagnosis']}")
+    for f in entry.get("failures", [])[:3]:
+        lines.append(
+            f"  {f.get('status')} [{f.get('kind')}] seed={f.get('seed')} dtype={f.get('dtype')} dims={f.get('dims')} "
+            f"layout={f.get('layout')} dist={f.get('distribution')}: {str(f.get('message', ''))[:300]}"
+        )
+        if f.get("replay"):
+            lines.append(f"    replay: {f['replay']}")
+    return "\n".join(lines)
+
+
+def _misbehaving(ops: dict[str, dict[str, Any]], correct: list[str], buggy: list[str]) -> list[str]:
+    """An explanation for each correct op that did not pass and each buggy op that did not fail."""
+    bad = []
+    for op in correct:
+        e = ops[op]
+        if e["status"] != "passed" or e["cases"] == 0 or e["errors"]:
+            bad.append("CORRECT KERNEL NOT PASSED - " + _explain(e))
+    for op in buggy:
+        e = ops[op]
+        if e["status"] != "failed" or e["failed"] == 0 or e["errors"]:
+            bad.append(f"BUG NOT CAUGHT (shows when {EXPECTED[op]['condition']}) - " + _explain(e))
+    return bad
+
+
+def test_every_twin_has_a_correct_kernel_and_an_expected_condition() -> None:
+    assert CORRECT and BUGGY
+    for bug in BUGGY:
+        assert bug.split("_bug_")[0] in CORRECT, f"{bug}: no correct op {bug.split('_bug_')[0]!r}"
+    assert set(EXPECTED) == set(BUGGY), "expected.toml must list exactly the _bug_ ops of gpuemu.toml"
+    for bug, exp in EXPECTED.items():
+        assert isinstance(exp.get("condition"), str) and exp["condition"], bug
+        assert isinstance(exp.get("float32_visible"), bool), bug
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", SEEDS)
+def test_thorough_passes_every_correct_kernel_and_fails_every_twin(tmp_path: Path, seed: int) -> None:
+    """Default settings (thorough: every dtype, layout, distribution, shape strategy), one seed per run."""
+    ops = _run(tmp_path, "--seed", str(seed))
+    bad = _misbehaving(ops, CORRECT, BUGGY)
+    assert not bad, f"{len(bad)} op(s) misjudged with --seed {seed}:\n\n" + "\n\n".join(bad)
+
+
+@pytest.mark.slow
+def test_quick_mode_passes_correct_kernels_and_catches_float32_visible_bugs(tmp_path: Path) -> None:
+    """What the editor runs on save: every correct kernel passes, every bug that can show in float32 is caught."""
+    ops = _run(tmp_path, "--quick", "--seed", str(QUICK_SEED))
+    visible = [b for b in BUGGY if EXPECTED[b]["float32_visible"]]
+    bad = _misbehaving(ops, CORRECT, visible)
+    assert not bad, f"{len(bad)} op(s) misjudged in quick mode:\n\n" + "\n\n".join(bad)
