@@ -19,8 +19,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_engine
 import bench_lsp
 import bench_tools
+import bench_verdicts
 
-ALL = {**bench_engine.BENCHMARKS, **bench_lsp.BENCHMARKS, **bench_tools.BENCHMARKS}
+ALL = {**bench_engine.BENCHMARKS, **bench_lsp.BENCHMARKS, **bench_tools.BENCHMARKS, **bench_verdicts.BENCHMARKS}
 
 
 def table(results: list[dict]) -> str:

@@ -32,6 +32,8 @@ if TYPE_CHECKING:
 
 #: Confirmation cases per failing op, at most.
 PROBE_BUDGET = 16
+#: Share of the run's input elements the confirmation cases may add, and the floor (in median cases).
+COST_SHARE, COST_FLOOR = 0.2, 4
 #: Candidates (best first) a probe is chosen to split.
 TOP_CANDIDATES = 40
 #: Sizes worth a confirmation case: edges, small primes, and 3 * 2**k, which is a multiple of 2**k but
@@ -262,6 +264,13 @@ def _numel(shape: Any) -> int:
     return n
 
 
+def _cost(op: OpConfig, dims: dict[str, int]) -> int:
+    """Input elements of a case with these dims: what running it costs, roughly."""
+    from ..cases.plan import shape_of
+
+    return sum(_numel(shape_of(i.shape, dims)) for i in op.inputs) or 1
+
+
 def _size(point: _Point) -> int:
     """How big a planned case is (the product of its dims): the cheaper of two equally useful cases runs."""
     return _numel(point.spec.dims.values())
@@ -325,12 +334,19 @@ def _choose(
 
 
 def confirm(cases: list[CaseResult], op: OpConfig, probe: Probe, budget: int = PROBE_BUDGET) -> list[CaseResult]:
-    """Run up to ``budget`` confirmation cases that split the candidate conditions; their results."""
+    """Run up to ``budget`` confirmation cases that split the candidate conditions; their results.
+
+    Their inputs add up to at most ``COST_SHARE`` of the run's input elements (or ``COST_FLOOR`` median
+    cases, for short runs): a bound on the extra work that does not depend on the machine, so the same
+    run gives the same diagnosis everywhere.
+    """
     failing = [c for c in cases if c.status == "failed"] or [c for c in cases if c.status == "error"]
     if not failing:
         return []
     want = failing[0].status
     base = _representative(failing)
+    sizes = sorted(_cost(op, c.spec.dims) for c in cases)
+    allowance = max(COST_SHARE * sum(sizes), COST_FLOOR * sizes[len(sizes) // 2])
     ran: list[CaseResult] = []
     canon: dict[str, Any] = {}
     for attr, options, prefer in (
@@ -341,11 +357,12 @@ def confirm(cases: list[CaseResult], op: OpConfig, probe: Probe, budget: int = P
         plain = next((v for v in prefer if v in options), None)
         if plain is not None and getattr(base.spec, attr) != plain:
             canon[attr] = plain
-    if canon and budget > 0:
+    if canon and budget > 0 and _cost(op, base.spec.dims) <= allowance:
         # vary a plain failing case when there is one (ordinary values, float32, contiguous): odd values and
         # half precision hide many bugs (wide rows hide a leak of exp(0 - max), long float16 rows a small
         # one), and a confirmation case must be able to show the bug
         first = probe(base.spec, canon)
+        allowance -= _cost(op, base.spec.dims)
         if first is not None:
             first.features = dict(first.features or {}, probe=True)
             ran.append(first)
@@ -364,11 +381,13 @@ def confirm(cases: list[CaseResult], op: OpConfig, probe: Probe, budget: int = P
         if len(live) < 2:
             live = pool[:TOP_CANDIDATES]
         tested = {p for r in ran if (p := live[0].test(r)) is not None}
+        points = [p for p in points if _cost(op, p[1].spec.dims) <= allowance]
         choice = _choose(live, points, tested)
         if choice is None:
             break
-        changes, _ = choice
+        changes, point = choice
         points = [p for p in points if p[0] != changes]
+        allowance -= _cost(op, point.spec.dims)
         result = probe(base.spec, changes)
         if result is None:
             continue

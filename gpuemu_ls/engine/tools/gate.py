@@ -1,6 +1,7 @@
 """The CI gate: ``gpuemu ci`` and ``gpuemu-ls --check`` are this one function.
 
-Quick mode: float32 (``[ci] quick_dtypes``), default and boundary shapes, ``[ci.quick]`` iterations.
+Quick mode: float32 plus a few half-precision cases (``[ci] quick_dtypes`` overrides), default and
+boundary shapes, ``[ci.quick]`` iterations.
 Thorough: every dtype, layout, shape strategy and distribution, ``[ci] fuzz_iterations`` cases, with
 ``[ci] thorough_timeout`` as each op's time budget. Ops run in parallel processes; ``--shard K/N``
 splits ops and kernels deterministically (sorted by name, round robin) so a CI matrix covers each
