@@ -82,7 +82,11 @@ def _atoms(cases: list[Any], bad: list[Any]) -> list[Predicate]:
         for v in values:
             preds.append(Predicate(f"{attr} == {v}", _attr(attr, v), 1, kind=attr))
             if len(values) > 2:
-                preds.append(Predicate(f"{attr} != {v}", lambda c, a=attr, v=v: getattr(c.spec, a) != v, 1, kind=attr))
+                # "distribution != subnormal" is the weakest claim: values that hide a bug, not where it shows
+                rank = 5 if attr == "distribution" else 1
+                preds.append(
+                    Predicate(f"{attr} != {v}", lambda c, a=attr, v=v: getattr(c.spec, a) != v, rank, kind=attr)
+                )
         bad_values = sorted({getattr(c.spec, attr) for c in bad})
         if 2 <= len(bad_values) <= 6 and len(bad_values) < len(values):
             s = frozenset(bad_values)
@@ -521,6 +525,8 @@ def _hint(cond: Predicate, kinds: set[str]) -> str:
     if k == "layout":
         return "likely the kernel assumes contiguous memory (strides ignored)"
     if k == "distribution":
+        if " != " in cond.text:
+            return ""
         if "large" in cond.text:
             return "overflow at large magnitudes: likely no max-subtraction, or an fp16 intermediate"
         if "masked_rows" in cond.text:
@@ -599,6 +605,13 @@ def diagnose_cases(
             f"0/{len(good)} passing: at size {cond.threshold} the result is trivial{agree})"
         )
         cond = Predicate("always", cond.test, 0, kind="always")
+    elif cond is not None and confirmed and _hiding_values(cond) and len(bad) > len(good):
+        # "fails iff distribution != large" on a bug wrong everywhere: it is those values that hide it
+        line = (
+            f"{verb} on every case except where {cond.text.replace(' != ', ' == ')} ({len(bad)}/{len(bad)} {noun}, "
+            f"0/{len(good)} passing{agree}): those values hide it"
+        )
+        cond = Predicate("always", cond.test, 0, kind="always")
     elif cond is not None and confirmed:
         others = _also_fits(cond, e_bad, e_good)
         also = f"; also fits {others}: no case told them apart" if others else ""
@@ -609,12 +622,26 @@ def diagnose_cases(
         )
     else:
         necessary = find_necessary(e_bad, e_good)
-        if necessary is not None:
+        if necessary is not None and _hiding_values(necessary[0]) and len(bad) > len(good):
+            # "fails only if distribution != subnormal" says the bug is everywhere but where those values hide it
+            cond, hits = necessary
+            line = (
+                f"{verb} on most cases ({len(bad)}/{len(cases)} {noun}; none where "
+                f"{cond.text.replace(' != ', ' == ')}, whose values hide it{agree or unconfirmed})"
+            )
+            cond = Predicate("always", cond.test, 0, kind="always")
+        elif necessary is not None:
             cond, hits = necessary
             line = (
                 f"{verb} only if {cond.text} ({len(bad)}/{len(bad)} {noun}; {hits}/{len(e_good)} passing cases "
                 f"also satisfy it, the bug hides on some inputs{agree or unconfirmed})"
             )
+        elif 4 * len(bad) >= 3 * len(cases):
+            line = (
+                f"{verb} on nearly every case ({len(bad)}/{len(cases)} cases {noun}; the passing ones are not "
+                f"explained by shape, layout, dtype or distribution{agree or unconfirmed})"
+            )
+            cond = Predicate("always", lambda c: True, 0, kind="always")
         else:
             open_ = [p.text for p in candidates(e_bad, e_good)[:3]]
             tail = f"; open candidates: {'; '.join(open_)}" if open_ else ""
@@ -633,6 +660,11 @@ def diagnose_cases(
     else:
         parts.append(_error_summary(errors, root))
     return "; ".join(parts)
+
+
+def _hiding_values(cond: Predicate) -> bool:
+    """A condition that only excludes some value distribution: the bug is everywhere else."""
+    return cond.kind == "distribution" and " != " in cond.text
 
 
 def _also_fits(cond: Predicate, bad: list[Any], good: list[Any]) -> str:
