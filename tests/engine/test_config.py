@@ -597,3 +597,43 @@ def test_an_op_range_may_name_a_dim_and_uses_it(workspace) -> None:
     op = cfg.op("a")
     assert op.range == (0.0, "C") and not cfg.warnings  # C counts as used
     assert value_domain(op, op.inputs[0], {"B": 4, "C": 7}).range == (0.0, 7.0)
+
+
+def test_ulp_tolerance_resolves_as_a_whole_statement(workspace) -> None:
+    from gpuemu_ls.engine.config.load import resolve_bound
+
+    text = (
+        "[validation.tolerances]\nbfloat16 = { atol = 1e-2, rtol = 1e-2 }\nfloat32 = { ulp = 2 }\n"
+        + OP_HEAD
+        + "[ops.tolerances]\nbfloat16 = { ulp = 0 }\nfloat16 = { ulp = 1, atol = 1e-3 }\n"
+    )
+    cfg = load_config(workspace(text, {"ops.py": OPS_PY}))
+    op, val = cfg.op("a"), cfg.validation
+    exact = resolve_bound(op, val, "bfloat16")
+    assert (exact.atol, exact.rtol, exact.ulp, exact.exact) == (0.0, 0.0, 0, True)  # not widened by the project's
+    assert resolve_bound(op, val, "float16") == type(exact)(1e-3, 0.0, 1)
+    assert resolve_bound(op, val, "float32") == type(exact)(0.0, 0.0, 2)  # from [validation.tolerances]
+    assert resolve_bound(op, val, "float64").ulp is None  # the default rule
+    assert resolve_tolerance(op, val, "bfloat16") == (0.0, 0.0)
+
+
+@pytest.mark.parametrize(
+    ("entry", "words"),
+    [
+        ("float32 = { ulp = -1 }", "ulp must be an integer in [0, 1048576], got -1"),
+        ("float32 = { ulp = 1.5 }", "must be an integer"),
+        ("float32 = { ulp = 2000000 }", "ulp must be an integer in [0, 1048576]"),
+        ("float32 = { ulp = true }", "must be an integer"),
+    ],
+)
+def test_bad_ulp_is_a_config_error_with_its_position(workspace, entry: str, words: str) -> None:
+    root = workspace(OP_HEAD + "[ops.tolerances]\n" + entry + "\n", {"ops.py": OPS_PY})
+    p = only(root)
+    assert words in p.message and p.line == (OP_HEAD + "[ops.tolerances]\n").count("\n") + 1, p
+
+
+def test_nan_contract_must_be_a_boolean(workspace) -> None:
+    p = only(workspace(OP_HEAD + 'nan_contract = "yes"\n', {"ops.py": OPS_PY}))
+    assert "nan_contract must be true or false" in p.message
+    cfg = load_config(workspace(OP_HEAD + "nan_contract = true\n", {"ops.py": OPS_PY}, name="ok"))
+    assert cfg.op("a").nan_contract is True
