@@ -519,7 +519,11 @@ def _hint(cond: Predicate, kinds: set[str]) -> str:
     """What a condition usually means, for wrong answers only (errors say what happened instead)."""
     if not kinds <= _NUMERIC:
         return ""
-    k = cond.kind.split("+")[0]
+    parts = cond.kind.split("+")
+    # of two conditions, the one on a shape or layout says more about the bug than a set of value kinds
+    k = next((p for p in parts if p not in ("distribution", "dtype")), parts[0])
+    if k == "magnitude":
+        return "overflow at large magnitudes: likely no max-subtraction, or an fp16 intermediate"
     if k == "always":
         return "wrong on every input: a systematic error (missing scale, wrong constant or formula)"
     if k == "layout":
