@@ -32,8 +32,9 @@ if TYPE_CHECKING:
 
 #: Confirmation cases per failing op, at most.
 PROBE_BUDGET = 16
-#: Share of the run's input elements the confirmation cases may add, and the floor (in median cases).
-COST_SHARE, COST_FLOOR = 0.2, 4
+#: Share of the run's input elements the confirmation cases may add (at least the budget's worth of cases the
+#: size of the one varied).
+COST_SHARE = 0.2
 #: Candidates (best first) a probe is chosen to split.
 TOP_CANDIDATES = 40
 #: Sizes worth a confirmation case: edges, small primes, and 3 * 2**k, which is a multiple of 2**k but
@@ -340,17 +341,17 @@ def _choose(
 def confirm(cases: list[CaseResult], op: OpConfig, probe: Probe, budget: int = PROBE_BUDGET) -> list[CaseResult]:
     """Run up to ``budget`` confirmation cases that split the candidate conditions; their results.
 
-    Their inputs add up to at most ``COST_SHARE`` of the run's input elements (or ``COST_FLOOR`` median
-    cases, for short runs): a bound on the extra work that does not depend on the machine, so the same
-    run gives the same diagnosis everywhere.
+    Their inputs add up to at most ``COST_SHARE`` of the run's input elements (or ``budget`` cases the
+    size of the failing case they vary, for short runs): a bound on the extra work that does not depend
+    on the machine, so the same run gives the same diagnosis everywhere.
     """
     failing = [c for c in cases if c.status == "failed"] or [c for c in cases if c.status == "error"]
     if not failing:
         return []
     want = failing[0].status
     base = _representative(failing)
-    sizes = sorted(_cost(op, c.spec.dims) for c in cases)
-    allowance = max(COST_SHARE * sum(sizes), COST_FLOOR * sizes[len(sizes) // 2])
+    # a share of the run, or the budget's worth of cases the size of the one varied (short runs of small cases)
+    allowance = max(COST_SHARE * sum(_cost(op, c.spec.dims) for c in cases), budget * _cost(op, base.spec.dims))
     ran: list[CaseResult] = []
     canon: dict[str, Any] = {}
     for attr, options, prefer in (
@@ -381,9 +382,11 @@ def confirm(cases: list[CaseResult], op: OpConfig, probe: Probe, budget: int = P
         if not pool:
             break
         floor = _hits(pool[0], good)
+        # the candidates that fit best, then the next ones and the best single conditions: a bug that
+        # hides on some inputs makes a narrow pair fit best where the true condition is one atom
         live = [p for p in pool if _hits(p, good) <= floor][:TOP_CANDIDATES]
-        if len(live) < 2:
-            live = pool[:TOP_CANDIDATES]
+        atoms = [p for p in pool if "+" not in p.kind][:8]
+        live += [p for p in pool[:TOP_CANDIDATES] + atoms if p not in live][: max(0, TOP_CANDIDATES - len(live))]
         tested = {p for r in ran if (p := live[0].test(r)) is not None}
         points = [p for p in points if _cost(op, p[1].spec.dims) <= allowance]
         choice = _choose(live, points, tested)
