@@ -139,9 +139,13 @@ class OpOutcome:
             parts.append(f"stopped: {self.stopped}")
         text = ", ".join(parts)
         if st["out_of_range"]:
-            text += f"; {st['out_of_range']} elements out of range in {st['out_of_range_cases']} cases (not judged)"
+            n = st["out_of_range"]
+            text += f"; {n} element{'s' * (n != 1)} out of range in {_cases(st['out_of_range_cases'])} (not judged)"
         if st["suspect_nan"]:
-            text += (
-                f"; the reference returns NaN from NaN-free inputs in {st['suspect_cases']} cases: check the reference"
-            )
+            where = _cases(st["suspect_cases"])
+            text += f"; the reference returns NaN from NaN-free inputs in {where}: check the reference"
         return text
+
+
+def _cases(n: int) -> str:
+    return f"{n} case" if n == 1 else f"{n} cases"
