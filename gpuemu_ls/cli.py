@@ -16,11 +16,24 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from . import __version__
+from ._version import __version__
+from .args import (
+    EXIT_FAIL,
+    EXIT_OK,
+    EXIT_USAGE,
+    SHOW_FAILURES,
+    Parser,
+    argv_text,
+    emit,
+    load_workspace,
+    op_names,
+    replay_prefix,
+    seed_arg,
+)
 from .console import Progress
 from .engine.cases.generate import generate_inputs
 from .engine.cases.plan import mode_filter
-from .engine.config.load import CONFIG_NAME, MAX_SEED, Config, find_workspace, load_config
+from .engine.config.load import CONFIG_NAME, Config, find_workspace, load_config
 from .engine.errors import ConfigError, UsageError
 from .engine.report.baseline import baseline_path, from_document, load_baseline, regressions, write_baseline
 from .engine.report.formats import FORMATS, render
@@ -36,29 +49,9 @@ from .engine.report.results import (
 from .engine.run.validate import RunOptions, plan_op, replay_spec, run_validation
 from .engine.store.db import Store, StoreError
 from .engine.tools.calibrate import CalibrationRefused, calibrate, write_tolerances
-from .engine.tools.gate import GateOptions, run_gate
 from .engine.tools.minimize import describe, minimize, store_minimized
 from .engine.tools.repro import write_repro
-
-EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
-SHOW_FAILURES = 3
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse's default is fine but must exit 2 with our prefix
-        self.print_usage(sys.stderr)
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
-
-
-def seed_arg(text: str) -> int:
-    """A seed from the command line: the range gpuemu.toml allows (the store and editors hold it exactly)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if not 0 <= value <= MAX_SEED:
-        raise argparse.ArgumentTypeError(f"must be in 0..{MAX_SEED}, got {value}")
-    return value
+from .gate import gate_flags, run_ci
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -107,43 +100,8 @@ def _run_flags(p: argparse.ArgumentParser, *, fuzz: bool = False) -> None:
     p.add_argument("--show", type=int, default=SHOW_FAILURES, metavar="N", help="failure lines shown per op")
 
 
-def _gate_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--quick",
-        action="store_const",
-        const="quick",
-        dest="mode",
-        default="thorough",
-        help="float32, default and boundary shapes, [ci.quick] iterations (pull requests)",
-    )
-    p.add_argument(
-        "--thorough",
-        action="store_const",
-        const="thorough",
-        dest="mode",
-        help="all dtypes, layouts, shapes and distributions, [ci] fuzz_iterations (default; nightly)",
-    )
-    p.add_argument("--seed", type=seed_arg, metavar="N")
-    p.add_argument("--iterations", type=int, metavar="N")
-    p.add_argument("--parallel", "--jobs", "-j", type=int, dest="jobs", metavar="N")
-    p.add_argument("--format", choices=FORMATS, default="text")
-    p.add_argument("--output", metavar="FILE", help="write the report there (text still goes to stdout)")
-    p.add_argument("--baseline", metavar="TAG|FILE", help="report regressions against this baseline")
-    p.add_argument(
-        "--fail-on-regression",
-        action="store_true",
-        default=None,
-        help="regressions fail the gate (default: [policies] fail_on_regression)",
-    )
-    p.add_argument("--shard", metavar="K/N", help="run the K-th of N deterministic slices of ops and kernels")
-    p.add_argument("--op", action="append", metavar="NAME", help="only this op (repeatable)")
-    p.add_argument("--no-kernels", action="store_true", help="skip the [[kernels]] lint")
-    p.add_argument("--no-progress", action="store_true")
-    p.add_argument("--show", type=int, default=SHOW_FAILURES, metavar="N", help="failure lines shown per op")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="gpuemu", description="Validate GPU kernels against float64 references, on a CPU.")
+    parser = Parser(prog="gpuemu", description="Validate GPU kernels against float64 references, on a CPU.")
     parser.add_argument("--version", action="version", version=f"gpuemu {__version__}")
     parser.add_argument(
         "-C",
@@ -152,7 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="workspace folder (also accepted after the command)",
     )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
 
     p = sub.add_parser("test", help="validate every op (or --op NAME) over shapes, dtypes, layouts and values")
@@ -196,7 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("ci", help="the CI gate (same as gpuemu-ls --check): every op and kernel, one exit code")
     _common(p)
-    _gate_flags(p)
+    gate_flags(p)
 
     p = sub.add_parser("report", help="render stored results, or merge shard outputs")
     _common(p)
@@ -210,7 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("baseline", help="store, show or diff a baseline (reviewable JSON under gpuemu-baselines/)")
     _common(p)
-    bsub = p.add_subparsers(dest="baseline_command", metavar="ACTION", parser_class=_Parser)
+    bsub = p.add_subparsers(dest="baseline_command", metavar="ACTION", parser_class=Parser)
     bsub.required = True
     b = bsub.add_parser("store", help="store the latest results (or a results JSON) as baseline TAG")
     b.add_argument("tag")
@@ -255,44 +213,6 @@ def build_parser() -> argparse.ArgumentParser:
 # --- helpers ----------------------------------------------------------------------------------
 
 
-def _workspace(args: argparse.Namespace) -> Path:
-    given = getattr(args, "workspace", None) or getattr(args, "top_workspace", None)
-    if given:
-        root = Path(given).expanduser()
-        if not (root / CONFIG_NAME).is_file():
-            raise UsageError(f"no {CONFIG_NAME} in {root.resolve()} (run `gpuemu init {given}`)")
-        return root.resolve()
-    found = find_workspace(Path.cwd())
-    if found is None:
-        raise UsageError(f"no {CONFIG_NAME} here or in any parent folder (run `gpuemu init` or pass -C PATH)")
-    return found
-
-
-def _config(args: argparse.Namespace) -> Config:
-    cfg = load_config(_workspace(args))
-    for w in cfg.warnings:
-        print(str(w).replace(": error:", ": warning:"), file=sys.stderr)
-    return cfg
-
-
-def _ops(cfg: Config, names: list[str] | None) -> list[str]:
-    if not names:
-        return [o.name for o in cfg.ops]
-    for n in names:
-        try:
-            cfg.op(n)
-        except KeyError as exc:
-            raise UsageError(str(exc.args[0])) from None
-    return names
-
-
-def _emit(text: str, output: str | None) -> None:
-    if output:
-        Path(output).write_text(text + ("\n" if not text.endswith("\n") else ""), encoding="utf-8")
-    else:
-        print(text)
-
-
 def _run_and_report(
     cfg: Config,
     args: argparse.Namespace,
@@ -309,19 +229,8 @@ def _run_and_report(
     result = run_validation(cfg, options, specs_by_op=plans, snapshots=snapshots)
     progress.close()
     doc = build_document(cfg, result, mode=options.mode)
-    _emit(render(doc, args.format, show=args.show, replay_prefix=_replay_prefix(cfg)), args.output)
+    emit(render(doc, args.format, show=args.show, replay_prefix=replay_prefix(cfg)), args.output)
     return int(doc["exit_code"])
-
-
-def _replay_prefix(cfg: Config) -> str:
-    """``-C path`` for replay commands when the user is not in the workspace folder."""
-    cwd = Path.cwd().resolve()
-    if cwd == cfg.root:
-        return ""
-    try:
-        return f"-C {shlex.quote(str(cfg.root.relative_to(cwd)))}"
-    except ValueError:
-        return f"-C {shlex.quote(str(cfg.root))}"
 
 
 def _jobs(cfg: Config, args: argparse.Namespace) -> int:
@@ -332,17 +241,17 @@ def _jobs(cfg: Config, args: argparse.Namespace) -> int:
 
 
 def cmd_test(args: argparse.Namespace) -> int:
-    cfg = _config(args)
+    cfg = load_workspace(args)
     mode = args.mode or "thorough"
     options = RunOptions(
         mode=mode,
         iterations=args.iterations,
         seed=args.seed,
-        ops=_ops(cfg, args.op),
+        ops=op_names(cfg, args.op),
         jobs=_jobs(cfg, args),
         fail_fast=args.fail_fast,
         source="cli",
-        command=_argv(),
+        command=argv_text(),
     )
     if not cfg.ops:
         print(f"{cfg.path}: no [[ops]] to validate", file=sys.stderr)
@@ -351,8 +260,8 @@ def cmd_test(args: argparse.Namespace) -> int:
 
 
 def cmd_fuzz(args: argparse.Namespace) -> int:
-    cfg = _config(args)
-    name = _ops(cfg, [args.op])[0]
+    cfg = load_workspace(args)
+    name = op_names(cfg, [args.op])[0]
     op = cfg.op(name)
     for flag, values, valid in (
         ("--dtype", args.dtype, op.dtypes),
@@ -378,14 +287,14 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         jobs=1,
         fail_fast=args.fail_fast,
         source="cli",
-        command=_argv(),
+        command=argv_text(),
     )
     return _run_and_report(cfg, args, options, specs)
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
-    cfg = _config(args)
-    name = _ops(cfg, [args.op])[0]
+    cfg = load_workspace(args)
+    name = op_names(cfg, [args.op])[0]
     op = cfg.op(name)
     store = Store.for_workspace(cfg.root)
     if args.minimized:
@@ -405,7 +314,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
             print(text)
             return code
         spec, snapshot, source = replay_spec(cfg, op, args.seed, None if args.regenerate else store)
-    options = RunOptions(mode="reproduce", ops=[name], source="reproduce", command=_argv())
+    options = RunOptions(mode="reproduce", ops=[name], source="reproduce", command=argv_text())
     result = run_validation(
         cfg,
         options,
@@ -472,8 +381,8 @@ def _display(path: Path) -> str:
 
 
 def cmd_minimize(args: argparse.Namespace) -> int:
-    cfg = _config(args)
-    name = _ops(cfg, [args.op])[0]
+    cfg = load_workspace(args)
+    name = op_names(cfg, [args.op])[0]
     op = cfg.op(name)
     store = Store.for_workspace(cfg.root)
     tty = sys.stderr.isatty() and args.format == "text"
@@ -485,7 +394,7 @@ def cmd_minimize(args: argparse.Namespace) -> int:
         max_trials=args.max_trials,
         on_step=(lambda step, n: print(f"  {step} (trial {n})", file=sys.stderr)) if tty else None,
     )
-    store_minimized(store, cfg, res, command=_argv())
+    store_minimized(store, cfg, res, command=argv_text())
     repro = write_repro(cfg, op, res.minimized.spec, res.minimized_inputs, res.minimized, label="_min")
     info = describe(res)
     info["repro"] = str(repro)
@@ -507,7 +416,7 @@ def cmd_minimize(args: argparse.Namespace) -> int:
 
 
 def cmd_failures(args: argparse.Namespace) -> int:
-    cfg = _config(args)
+    cfg = load_workspace(args)
     store = Store.for_workspace(cfg.root)
     since = time.time() - args.since_hours * 3600 if args.since_hours else None
     if args.all or since is not None:
@@ -538,7 +447,7 @@ def cmd_failures(args: argparse.Namespace) -> int:
 
 
 def cmd_ops(args: argparse.Namespace) -> int:
-    cfg = _config(args)
+    cfg = load_workspace(args)
     latest: dict[str, dict[str, Any]] = {}
     kernels: dict[str, dict[str, Any]] = {}
     try:
@@ -596,36 +505,8 @@ def cmd_ops(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def run_ci(cfg: Config, args: argparse.Namespace) -> int:
-    """The gate, shared by ``gpuemu ci`` and ``gpuemu-ls --check``."""
-    options = GateOptions(
-        mode=args.mode,
-        seed=args.seed,
-        iterations=args.iterations,
-        jobs=args.jobs,
-        baseline=args.baseline,
-        fail_on_regression=args.fail_on_regression,
-        shard=args.shard,
-        ops=_ops(cfg, args.op) if args.op else None,
-        kernels=not args.no_kernels,
-        command=_argv(),
-    )
-    progress = Progress(0, enabled=not args.no_progress and not args.output and args.format == "text")
-    options.on_case = lambda op, r, i, n: progress.case(op, r.status, i, n)
-    doc = run_gate(cfg, options)
-    progress.close()
-    text = render(doc, args.format, show=args.show, replay_prefix=_replay_prefix(cfg))
-    if args.output:
-        _emit(text, args.output)
-        if args.format != "text":
-            print(render(doc, "text", show=args.show, replay_prefix=_replay_prefix(cfg)))
-    else:
-        print(text)
-    return int(doc["exit_code"])
-
-
 def cmd_ci(args: argparse.Namespace) -> int:
-    return run_ci(_config(args), args)
+    return run_ci(load_workspace(args), args)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -641,7 +522,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise UsageError(str(exc)) from None
     else:
-        cfg = _config(args)
+        cfg = load_workspace(args)
         since = time.time() - args.since_hours * 3600 if args.since_hours else None
         doc = document_from_store(
             cfg,
@@ -650,12 +531,12 @@ def cmd_report(args: argparse.Namespace) -> int:
             include_lint=args.include_lint,
             include_artifacts=args.include_artifacts,
         )
-    _emit(render(doc, args.format, show=args.show), args.output)
+    emit(render(doc, args.format, show=args.show), args.output)
     return int(doc["exit_code"])
 
 
 def cmd_baseline(args: argparse.Namespace) -> int:
-    cfg = _config(args)
+    cfg = load_workspace(args)
     path = baseline_path(cfg, args.tag)
     if args.baseline_command == "store":
         if args.from_file:
@@ -683,8 +564,8 @@ def cmd_baseline(args: argparse.Namespace) -> int:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    cfg = _config(args)
-    name = _ops(cfg, [args.op])[0]
+    cfg = load_workspace(args)
+    name = op_names(cfg, [args.op])[0]
     op = cfg.op(name)
     try:
         proposals = calibrate(
@@ -747,7 +628,7 @@ def cmd_lint(args: argparse.Namespace) -> int:
 
     cfg: Config | None = None
     if args.workspace or args.top_workspace or not args.files:
-        cfg = _config(args)
+        cfg = load_workspace(args)
     elif (found := find_workspace(Path.cwd())) is not None:
         cfg = load_config(found)
     if args.files:
@@ -790,7 +671,7 @@ def cmd_lint(args: argparse.Namespace) -> int:
         doc["summary"] = summarize(entries, [])
         doc["status"] = overall_status(entries)
         doc["exit_code"] = exit_code(doc, fail_on_regression=False)
-    _emit(render(doc, args.format, show=args.show), args.output)
+    emit(render(doc, args.format, show=args.show), args.output)
     return int(doc["exit_code"])
 
 
@@ -819,10 +700,6 @@ COMMANDS = {
     "report": cmd_report,
     "baseline": cmd_baseline,
 }
-
-
-def _argv() -> str:
-    return shlex.join(["gpuemu", *sys.argv[1:]])
 
 
 def gpuemu_main(argv: Sequence[str] | None = None) -> int:

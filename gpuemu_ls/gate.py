@@ -1,4 +1,5 @@
-"""``gpuemu-ls --check [PATH]``: the headless CI gate, the same code path as ``gpuemu ci``."""
+"""``gpuemu-ls --check [PATH]``: the headless CI gate, the same code path as ``gpuemu ci``; its arguments
+live here and ``gpuemu ci`` takes them from here."""
 
 from __future__ import annotations
 
@@ -7,21 +8,99 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from .cli import EXIT_FAIL, EXIT_USAGE, _config, _gate_flags, _Parser, run_ci
+from .args import (
+    EXIT_FAIL,
+    EXIT_USAGE,
+    SHOW_FAILURES,
+    Parser,
+    argv_text,
+    emit,
+    load_workspace,
+    op_names,
+    replay_prefix,
+    seed_arg,
+)
+from .console import Progress
+from .engine.config.load import Config
 from .engine.errors import ConfigError, UsageError
+from .engine.report.formats import FORMATS, render
 from .engine.store.db import StoreError
+from .engine.tools.gate import GateOptions, run_gate
+
+
+def gate_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--quick",
+        action="store_const",
+        const="quick",
+        dest="mode",
+        default="thorough",
+        help="float32, default and boundary shapes, [ci.quick] iterations (pull requests)",
+    )
+    p.add_argument(
+        "--thorough",
+        action="store_const",
+        const="thorough",
+        dest="mode",
+        help="all dtypes, layouts, shapes and distributions, [ci] fuzz_iterations (default; nightly)",
+    )
+    p.add_argument("--seed", type=seed_arg, metavar="N")
+    p.add_argument("--iterations", type=int, metavar="N")
+    p.add_argument("--parallel", "--jobs", "-j", type=int, dest="jobs", metavar="N")
+    p.add_argument("--format", choices=FORMATS, default="text")
+    p.add_argument("--output", metavar="FILE", help="write the report there (text still goes to stdout)")
+    p.add_argument("--baseline", metavar="TAG|FILE", help="report regressions against this baseline")
+    p.add_argument(
+        "--fail-on-regression",
+        action="store_true",
+        default=None,
+        help="regressions fail the gate (default: [policies] fail_on_regression)",
+    )
+    p.add_argument("--shard", metavar="K/N", help="run the K-th of N deterministic slices of ops and kernels")
+    p.add_argument("--op", action="append", metavar="NAME", help="only this op (repeatable)")
+    p.add_argument("--no-kernels", action="store_true", help="skip the [[kernels]] lint")
+    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--show", type=int, default=SHOW_FAILURES, metavar="N", help="failure lines shown per op")
+
+
+def run_ci(cfg: Config, args: argparse.Namespace) -> int:
+    """The gate, shared by ``gpuemu ci`` and ``gpuemu-ls --check``."""
+    options = GateOptions(
+        mode=args.mode,
+        seed=args.seed,
+        iterations=args.iterations,
+        jobs=args.jobs,
+        baseline=args.baseline,
+        fail_on_regression=args.fail_on_regression,
+        shard=args.shard,
+        ops=op_names(cfg, args.op) if args.op else None,
+        kernels=not args.no_kernels,
+        command=argv_text(),
+    )
+    progress = Progress(0, enabled=not args.no_progress and not args.output and args.format == "text")
+    options.on_case = lambda op, r, i, n: progress.case(op, r.status, i, n)
+    doc = run_gate(cfg, options)
+    progress.close()
+    text = render(doc, args.format, show=args.show, replay_prefix=replay_prefix(cfg))
+    if args.output:
+        emit(text, args.output)
+        if args.format != "text":
+            print(render(doc, "text", show=args.show, replay_prefix=replay_prefix(cfg)))
+    else:
+        print(text)
+    return int(doc["exit_code"])
 
 
 def check_main(argv: Sequence[str]) -> int:
-    parser = _Parser(prog="gpuemu-ls --check", description="Validate every op and kernel of a workspace.")
+    parser = Parser(prog="gpuemu-ls --check", description="Validate every op and kernel of a workspace.")
     parser.add_argument("--check", action="store_true", required=True)
     parser.add_argument("--stdio", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("path", nargs="?", default=".", help="workspace folder holding gpuemu.toml (default: here)")
-    _gate_flags(parser)
+    gate_flags(parser)
     args = parser.parse_args(list(argv))
     args.workspace = str(Path(args.path))
     try:
-        return run_ci(_config(args), args)
+        return run_ci(load_workspace(args), args)
     except ConfigError as exc:
         print(str(exc), file=sys.stderr)
         return EXIT_USAGE

@@ -25,7 +25,7 @@ from lsprotocol import types as lsp
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol, lsp_method
 
-from . import __version__
+from ._version import __version__
 from .engine.config.load import CONFIG_NAME, MAX_SEED, find_workspace
 from .engine.run.zygote import get_zygote
 from .features.code_actions import (

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .. import __version__
+from .._version import __version__
 from ..engine.cases.plan import CaseSpec
 from ..engine.config.load import Config
 from ..engine.oracle.outcome import CaseResult

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ... import __version__
+from ..._version import __version__
 from ..config.load import Config
 from ..errors import UsageError
 

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ... import __version__
+from ..._version import __version__
 from ..config.load import Config
 from ..config.locations import op_entry, op_source, reference_source
 from ..oracle.outcome import CaseResult, OpOutcome

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import sqlite_utils
 
-from ... import __version__
+from ..._version import __version__
 from .. import dtypes as dt
 
 if TYPE_CHECKING:

@@ -1,0 +1,85 @@
+"""Command-line plumbing shared by ``gpuemu`` and the gate: exit codes, a parser that exits 2 on bad
+arguments, seeds, the workspace and its configuration, and where a report goes."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+from .engine.config.load import CONFIG_NAME, MAX_SEED, Config, find_workspace, load_config
+from .engine.errors import UsageError
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+SHOW_FAILURES = 3
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse's default is fine but must exit 2 with our prefix
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def seed_arg(text: str) -> int:
+    """A seed from the command line: the range gpuemu.toml allows (the store and editors hold it exactly)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if not 0 <= value <= MAX_SEED:
+        raise argparse.ArgumentTypeError(f"must be in 0..{MAX_SEED}, got {value}")
+    return value
+
+
+def workspace_root(args: argparse.Namespace) -> Path:
+    given = getattr(args, "workspace", None) or getattr(args, "top_workspace", None)
+    if given:
+        root = Path(given).expanduser()
+        if not (root / CONFIG_NAME).is_file():
+            raise UsageError(f"no {CONFIG_NAME} in {root.resolve()} (run `gpuemu init {given}`)")
+        return root.resolve()
+    found = find_workspace(Path.cwd())
+    if found is None:
+        raise UsageError(f"no {CONFIG_NAME} here or in any parent folder (run `gpuemu init` or pass -C PATH)")
+    return found
+
+
+def load_workspace(args: argparse.Namespace) -> Config:
+    cfg = load_config(workspace_root(args))
+    for w in cfg.warnings:
+        print(str(w).replace(": error:", ": warning:"), file=sys.stderr)
+    return cfg
+
+
+def op_names(cfg: Config, names: list[str] | None) -> list[str]:
+    if not names:
+        return [o.name for o in cfg.ops]
+    for n in names:
+        try:
+            cfg.op(n)
+        except KeyError as exc:
+            raise UsageError(str(exc.args[0])) from None
+    return names
+
+
+def emit(text: str, output: str | None) -> None:
+    if output:
+        Path(output).write_text(text + ("\n" if not text.endswith("\n") else ""), encoding="utf-8")
+    else:
+        print(text)
+
+
+def replay_prefix(cfg: Config) -> str:
+    """``-C path`` for replay commands when the user is not in the workspace folder."""
+    cwd = Path.cwd().resolve()
+    if cwd == cfg.root:
+        return ""
+    try:
+        return f"-C {shlex.quote(str(cfg.root.relative_to(cwd)))}"
+    except ValueError:
+        return f"-C {shlex.quote(str(cfg.root))}"
+
+
+def argv_text() -> str:
+    return shlex.join(["gpuemu", *sys.argv[1:]])
