@@ -362,3 +362,32 @@ def test_exit_1_when_an_op_errors_or_does_not_run(workspace, ops_py: str, extra:
         assert "kernel launch failed" in text.stdout and "ops.py:2" in text.stdout
     else:
         assert "NOT RUN" in text.stdout
+
+
+@pytest.mark.parametrize(
+    "raising",
+    [
+        'raise ValueError("cannot load " + os.fsdecode(b"weights-\\xff.bin"))',  # a lone surrogate
+        'raise RuntimeError("\\udcff\\udc80 twice, and a high one: \\ud800")',
+        'print("junk \\udcfe", file=sys.stderr); raise KeyError(os.fsdecode(b"\\xfe\\xfd"))',
+    ],
+)
+def test_text_from_user_code_that_is_not_utf8_loses_no_run(workspace, raising: str) -> None:
+    """An exception message holding surrogates (a non-UTF-8 file name through os.fsdecode) is stored escaped:
+    every case is stored, the run finishes, and every face still shows the failure."""
+    ops = f"import os\nimport sys\n\n\ndef scale(x):\n    {raising}\n\n\ndef scale_ref(x):\n    return 2.0 * x\n"
+    toml = TOML.split('[[ops]]\nname = "good"')[0]
+    root = workspace(toml, {"ops.py": ops})
+    run = gpuemu("test", "--iterations", "4", "--format", "json", cwd=root)
+    assert run.returncode == 1, run.stderr
+    doc = json.loads(run.stdout)
+    (op,) = doc["ops"]
+    assert op["status"] == "error" and op["errors"] == op["cases"] == 4, op
+    with sqlite3.connect(root / ".gpuemu" / "gpuemu.db") as con:
+        assert con.execute("SELECT count(*) FROM cases").fetchone()[0] == 4
+        assert con.execute("SELECT status FROM runs").fetchall() == [("error",)]
+        message = con.execute("SELECT message FROM cases LIMIT 1").fetchone()[0]
+    assert "\\ud" in message or "\\udc" in message  # the escape, not a lost row
+    failures = gpuemu("failures", cwd=root)
+    assert failures.returncode == 0 and "ERROR scale [op_error" in failures.stdout, failures.stdout
+    assert gpuemu("ops", cwd=root).returncode == 0

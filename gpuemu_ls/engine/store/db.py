@@ -264,6 +264,7 @@ class Store:
             command,
             os.getpid(),
         )
+        row = _texts(row)
         self.write(
             lambda c: c.execute(
                 "INSERT INTO runs (id, started_at, finished_at, source, mode, seed, iterations, workspace, config_hash,"
@@ -311,7 +312,7 @@ class Store:
                 "spec": r.spec.to_dict(),
             }
             rows.append(
-                (
+                _texts(
                     run_id,
                     r.op,
                     r.seed,
@@ -390,6 +391,7 @@ class Store:
             json.dumps(detail or {}, default=_json_default),
             time.time(),
         )
+        row = _texts(row)
         self.write(
             lambda c: c.execute(
                 "INSERT OR REPLACE INTO op_results (run_id, op, kind, status, cases, passed, failed, errors, max_abs,"
@@ -509,3 +511,23 @@ def _json_default(o: Any) -> Any:
     if isinstance(o, tuple):
         return list(o)
     return str(o)
+
+
+def _text(value: Any) -> Any:
+    """Text from user code kept losslessly: a lone surrogate (``os.fsdecode`` of a non-UTF-8 file name in an
+    exception message) cannot be encoded to UTF-8 and would lose the whole run, so it is stored as its
+    ``\\udcff`` escape instead; everything else is stored as it is."""
+    if not isinstance(value, str):
+        return value
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    return value
+
+
+def _texts(*values: Any) -> tuple[Any, ...]:
+    """A row with every text value storable (see :func:`_text`); one tuple argument is taken as the row."""
+    if len(values) == 1 and isinstance(values[0], tuple):
+        values = values[0]
+    return tuple(_text(v) for v in values)
