@@ -13,6 +13,9 @@ from .engine.errors import UsageError
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 SHOW_FAILURES = 3
+#: The most cases one op may be asked for in one run, and the most worker processes: beyond them a typo,
+#: not a plan (a run of 10**7 cases would only end by being killed).
+MAX_ITERATIONS, MAX_JOBS = 1_000_000, 256
 
 
 class Parser(argparse.ArgumentParser):
@@ -63,9 +66,30 @@ def op_names(cfg: Config, names: list[str] | None) -> list[str]:
     return names
 
 
+def _bounded(what: str, top: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        if not 1 <= value <= top:
+            raise argparse.ArgumentTypeError(f"{what} must be in 1..{top}, got {value}")
+        return value
+
+    return parse
+
+
+iterations_arg = _bounded("iterations", MAX_ITERATIONS)
+jobs_arg = _bounded("jobs", MAX_JOBS)
+
+
 def emit(text: str, output: str | None) -> None:
+    """Print ``text``, or write it to ``output``; a file that cannot be written is a usage error (exit 2)."""
     if output:
-        Path(output).write_text(text + ("\n" if not text.endswith("\n") else ""), encoding="utf-8")
+        try:
+            Path(output).write_text(text + ("\n" if not text.endswith("\n") else ""), encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"cannot write --output {output}: {exc.strerror or exc}") from None
     else:
         print(text)
 
@@ -83,3 +107,15 @@ def replay_prefix(cfg: Config) -> str:
 
 def argv_text() -> str:
     return shlex.join(["gpuemu", *sys.argv[1:]])
+
+
+def quiet_stdout() -> None:
+    """After a reader left the pipe (``| head -1``): point stdout at /dev/null so that the interpreter's final
+    flush does not fail again, and no traceback reaches the user."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass

@@ -25,8 +25,11 @@ from .args import (
     Parser,
     argv_text,
     emit,
+    iterations_arg,
+    jobs_arg,
     load_workspace,
     op_names,
+    quiet_stdout,
     replay_prefix,
     seed_arg,
 )
@@ -82,12 +85,12 @@ def _run_flags(p: argparse.ArgumentParser, *, fuzz: bool = False) -> None:
         )
         p.add_argument("--op", action="append", metavar="NAME", help="only this op (repeatable)")
     p.add_argument("--seed", type=seed_arg, metavar="N", help="first case seed (default: [validation] seed)")
-    p.add_argument("--iterations", type=int, metavar="N", help="cases per op")
+    p.add_argument("--iterations", type=iterations_arg, metavar="N", help="cases per op")
     p.add_argument(
         "--parallel",
         "--jobs",
         "-j",
-        type=int,
+        type=jobs_arg,
         dest="jobs",
         metavar="N",
         help="workers at once: ops side by side, or one op's cases split over them when there are fewer ops "
@@ -183,11 +186,11 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     p.add_argument("--op", required=True, metavar="NAME")
     p.add_argument("--dtype", action="append", metavar="D", help="only these dtypes (default: the op's)")
-    p.add_argument("--iterations", type=int, default=200, metavar="N", help="cases per dtype (default 200)")
+    p.add_argument("--iterations", type=iterations_arg, default=200, metavar="N", help="cases per dtype (default 200)")
     p.add_argument("--method", default="p95", help="p50, p90, p95 (default), p99 or max of the per-case errors")
     p.add_argument("--factor", type=float, default=1.5, help="safety factor on the statistic (default 1.5)")
     p.add_argument("--seed", type=seed_arg, metavar="N")
-    p.add_argument("--parallel", "--jobs", "-j", type=int, dest="jobs", default=1, metavar="N")
+    p.add_argument("--parallel", "--jobs", "-j", type=jobs_arg, dest="jobs", default=1, metavar="N")
     p.add_argument("--write", action="store_true", help="write the proposal into [ops.tolerances] of gpuemu.toml")
     p.add_argument(
         "--force",
@@ -719,6 +722,9 @@ def gpuemu_main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `gpuemu test | head -1`: the reader left; no traceback, as a shell tool exits
+        quiet_stdout()
+        return EXIT_FAIL
 
 
 def server_main(argv: Sequence[str] | None = None) -> int:

@@ -15,8 +15,11 @@ from .args import (
     Parser,
     argv_text,
     emit,
+    iterations_arg,
+    jobs_arg,
     load_workspace,
     op_names,
+    quiet_stdout,
     replay_prefix,
     seed_arg,
 )
@@ -45,8 +48,8 @@ def gate_flags(p: argparse.ArgumentParser) -> None:
         help="all dtypes, layouts, shapes and distributions, [ci] fuzz_iterations (default; nightly)",
     )
     p.add_argument("--seed", type=seed_arg, metavar="N")
-    p.add_argument("--iterations", type=int, metavar="N")
-    p.add_argument("--parallel", "--jobs", "-j", type=int, dest="jobs", metavar="N")
+    p.add_argument("--iterations", type=iterations_arg, metavar="N")
+    p.add_argument("--parallel", "--jobs", "-j", type=jobs_arg, dest="jobs", metavar="N")
     p.add_argument("--format", choices=FORMATS, default="text")
     p.add_argument("--output", metavar="FILE", help="write the report there (text still goes to stdout)")
     p.add_argument("--baseline", metavar="TAG|FILE", help="report regressions against this baseline")
@@ -109,4 +112,7 @@ def check_main(argv: Sequence[str]) -> int:
         return EXIT_USAGE
     except StoreError as exc:
         print(f"gpuemu-ls --check: error: {exc}", file=sys.stderr)
+        return EXIT_FAIL
+    except BrokenPipeError:
+        quiet_stdout()
         return EXIT_FAIL

@@ -391,3 +391,30 @@ def test_text_from_user_code_that_is_not_utf8_loses_no_run(workspace, raising: s
     failures = gpuemu("failures", cwd=root)
     assert failures.returncode == 0 and "ERROR scale [op_error" in failures.stdout, failures.stdout
     assert gpuemu("ops", cwd=root).returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["test", "--iterations", "0"], "iterations must be in 1..1000000, got 0"),
+        (["fuzz", "--op", "scale", "--iterations", "-1"], "iterations must be in 1..1000000, got -1"),
+        (["ci", "--iterations", "10000001"], "iterations must be in 1..1000000"),
+        (["test", "-j", "0"], "jobs must be in 1..256, got 0"),
+        (["ci", "--jobs", "-3"], "jobs must be in 1..256"),
+        (["calibrate", "--op", "scale", "-j", "999"], "jobs must be in 1..256"),
+        (["test", "--iterations", "2", "--output", "/nonexistent/dir/x.json"], "cannot write --output"),
+    ],
+)
+def test_bad_arguments_are_usage_errors_without_a_traceback(buggy, tmp_path: Path, args: list[str], words: str) -> None:
+    root = clone(buggy[0], tmp_path)
+    out = gpuemu(*args, cwd=root)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert words in out.stderr and "Traceback" not in out.stderr, out.stderr
+
+
+def test_a_reader_that_leaves_early_gets_no_traceback(buggy, tmp_path: Path) -> None:
+    root = clone(buggy[0], tmp_path)
+    # `true` has left long before the report is written: the write meets a closed pipe (EPIPE)
+    cmd = f"{shlex.quote(sys.executable)} -m gpuemu_ls test --iterations 3 --show 50 | true"
+    out = subprocess.run(["bash", "-c", cmd], cwd=root, env=env(), capture_output=True, text=True, timeout=120)
+    assert "Traceback" not in out.stderr and "BrokenPipe" not in out.stderr, out.stderr
