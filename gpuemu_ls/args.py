@@ -4,6 +4,7 @@ arguments, seeds, the workspace and its configuration, and where a report goes."
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -39,7 +40,7 @@ def workspace_root(args: argparse.Namespace) -> Path:
     given = getattr(args, "workspace", None) or getattr(args, "top_workspace", None)
     if given:
         root = Path(given).expanduser()
-        if not (root / CONFIG_NAME).is_file():
+        if not os.path.lexists(root / CONFIG_NAME):
             raise UsageError(f"no {CONFIG_NAME} in {root.resolve()} (run `gpuemu init {given}`)")
         return root.resolve()
     found = find_workspace(Path.cwd())

@@ -418,3 +418,24 @@ def test_a_reader_that_leaves_early_gets_no_traceback(buggy, tmp_path: Path) -> 
     cmd = f"{shlex.quote(sys.executable)} -m gpuemu_ls test --iterations 3 --show 50 | true"
     out = subprocess.run(["bash", "-c", cmd], cwd=root, env=env(), capture_output=True, text=True, timeout=120)
     assert "Traceback" not in out.stderr and "BrokenPipe" not in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize("kind", ["dangling symlink", "symlink loop", "folder", "fifo"])
+def test_a_broken_gpuemu_toml_is_a_config_error_never_the_parents_workspace(buggy, tmp_path: Path, kind: str) -> None:
+    parent = clone(buggy[0], tmp_path)
+    child = parent / "sub"
+    child.mkdir()
+    toml = child / "gpuemu.toml"
+    if kind == "dangling symlink":
+        toml.symlink_to(child / "missing.toml")
+    elif kind == "symlink loop":
+        toml.symlink_to(child / "other.toml")
+        (child / "other.toml").symlink_to(toml)
+    elif kind == "folder":
+        toml.mkdir()
+    else:
+        os.mkfifo(toml)
+    for args in (["test", "--iterations", "2"], ["ops"]):
+        out = gpuemu(*args, cwd=child, timeout=60)
+        assert out.returncode == 2, out.stdout + out.stderr
+        assert "gpuemu.toml" in out.stderr and str(child) in out.stderr and "scale" not in out.stdout, out.stderr

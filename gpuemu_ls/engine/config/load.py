@@ -14,6 +14,7 @@ import functools
 import importlib.util
 import math
 import os
+import stat
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -324,11 +325,31 @@ def user_config_path() -> Path:
 
 
 def find_workspace(start: Path) -> Path | None:
-    """The nearest folder at or above ``start`` that holds a ``gpuemu.toml``."""
+    """The nearest folder at or above ``start`` that holds a ``gpuemu.toml``.
+
+    Anything named gpuemu.toml counts, a dangling symlink, a folder or a FIFO included: it is this
+    workspace's configuration, broken (``load_config`` says how), never a reason to run a parent's.
+    """
     start = start.resolve()
     for folder in (start, *start.parents):
-        if (folder / CONFIG_NAME).is_file():
+        if os.path.lexists(folder / CONFIG_NAME):
             return folder
+    return None
+
+
+def _unreadable(path: Path) -> str | None:
+    """Why ``path`` cannot be read as a configuration file (None: it can): checked before opening it, since
+    reading a FIFO would block forever."""
+    if not os.path.lexists(path):
+        return None
+    try:
+        st = path.stat()
+    except OSError as exc:  # a dangling symlink or a loop
+        return f"{CONFIG_NAME} is a symlink that cannot be followed ({exc.strerror or exc})"
+    if stat.S_ISDIR(st.st_mode):
+        return f"{CONFIG_NAME} is a folder, not a file"
+    if not stat.S_ISREG(st.st_mode):
+        return f"{CONFIG_NAME} is not a regular file (a FIFO, socket or device)"
     return None
 
 
@@ -340,6 +361,9 @@ def load_config(root: Path, *, text: str | None = None, user_config: Path | None
     root = root.resolve()
     path = root / CONFIG_NAME
     if text is None:
+        why = _unreadable(path)
+        if why is not None:
+            raise ConfigError([Problem(why, path, hint="replace it with the workspace's gpuemu.toml")])
         try:
             text = path.read_text(encoding="utf-8")
         except FileNotFoundError:
