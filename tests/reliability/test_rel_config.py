@@ -102,7 +102,7 @@ def _unreadable(root: Path) -> tuple[int | None, str]:
 def _directory(root: Path) -> tuple[int | None, str]:
     (root / "gpuemu.toml").unlink()
     (root / "gpuemu.toml").mkdir()
-    return None, r"no gpuemu\.toml in"
+    return None, r"gpuemu\.toml is a folder, not a file"
 
 
 def _missing_toml(root: Path) -> tuple[int | None, str]:
