@@ -89,7 +89,7 @@ def test_uniforms_are_in_the_open_interval_and_exact_below_one_half() -> None:
 
 
 class _TopWord(Stream):
-    """The stream as it is when SplitMix64 yields its largest word (probability 2**-53 per draw)."""
+    """The stream as it is when a word's top 52 bits are all ones (probability 2**-52 per draw)."""
 
     def words(self, n: int) -> np.ndarray:
         return np.full(n, np.uint64((1 << 64) - 1))

@@ -201,7 +201,7 @@ def tabled_normal(u: np.ndarray) -> np.ndarray:
 
 
 class Stream:
-    """A sequential reader over one keyed SplitMix64 sequence."""
+    """A sequential reader over one keyed Philox4x64-10 stream (docs/generation.md)."""
 
     def __init__(self, *key_parts: object) -> None:
         self.key = stream_key(*key_parts)
