@@ -9,14 +9,14 @@ import shlex
 import sys
 from pathlib import Path
 
-from .engine.config.load import CONFIG_NAME, MAX_SEED, Config, find_workspace, load_config
+from .engine.config.load import CONFIG_NAME, MAX_ITERATIONS, MAX_JOBS, MAX_SEED, Config, find_workspace, load_config
 from .engine.errors import UsageError
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command ended by Ctrl-C
+#: A bug in gpuemu-ls itself (sysexits' EX_SOFTWARE): never confused with a failing op (1) or bad input (2).
+EXIT_INTERNAL = 70
 SHOW_FAILURES = 3
-#: The most cases one op may be asked for in one run, and the most worker processes: beyond them a typo,
-#: not a plan (a run of 10**7 cases would only end by being killed).
-MAX_ITERATIONS, MAX_JOBS = 1_000_000, 256
 
 
 class Parser(argparse.ArgumentParser):
@@ -120,3 +120,38 @@ def quiet_stdout() -> None:
         os.dup2(devnull, sys.stdout.fileno())
     except (OSError, ValueError):
         pass
+
+
+def internal_error(prog: str, exc: BaseException) -> int:
+    """Report an exception gpuemu did not expect as gpuemu's own bug: one short block to paste into a bug
+    ticket on stderr, the full traceback in a file (no traceback on the terminal, no blame on the op)."""
+    import platform
+    import tempfile
+    import traceback
+
+    from ._version import __version__
+
+    text = "".join(traceback.format_exception(exc))
+    where = ""
+    tb = traceback.extract_tb(exc.__traceback__)
+    if tb:
+        last = tb[-1]
+        where = f" at {Path(last.filename).name}:{last.lineno} in {last.name}"
+    saved = "(could not be saved)"
+    try:
+        fd, name = tempfile.mkstemp(prefix="gpuemu-internal-error-", suffix=".txt")
+        with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as fh:
+            fh.write(f"{argv_text()}\n{text}")
+        saved = name
+    except OSError:
+        pass
+    first = (str(exc).splitlines() or [""])[0][:300]
+    print(
+        f"{prog}: internal error: this is a bug in gpuemu-ls, not in your op or configuration\n"
+        f"  {type(exc).__name__}: {first}{where}\n"
+        f"  please report it with this block and the traceback saved in {saved}\n"
+        f"  gpuemu-ls {__version__}, Python {platform.python_version()}, {platform.platform(terse=True)}\n"
+        f"  command: {argv_text()}",
+        file=sys.stderr,
+    )
+    return EXIT_INTERNAL

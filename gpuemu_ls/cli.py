@@ -25,6 +25,7 @@ from .args import (
     Parser,
     argv_text,
     emit,
+    internal_error,
     iterations_arg,
     jobs_arg,
     load_workspace,
@@ -551,7 +552,7 @@ def cmd_baseline(args: argparse.Namespace) -> int:
             doc = document_from_store(cfg, Store.for_workspace(cfg.root), include_lint=True, include_artifacts=True)
         if not doc["ops"] and not doc["kernels"]:
             raise UsageError("no results to store: run `gpuemu ci` (or `gpuemu test`) first")
-        write_baseline(path, from_document(doc, args.tag))
+        write_baseline(cfg, path, from_document(doc, args.tag))
         print(f"baseline {args.tag!r}: {len(doc['ops'])} ops, {len(doc['kernels'])} kernels -> {path}")
         return EXIT_OK
     base = load_baseline(path)
@@ -725,6 +726,8 @@ def gpuemu_main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `gpuemu test | head -1`: the reader left; no traceback, as a shell tool exits
         quiet_stdout()
         return EXIT_FAIL
+    except Exception as exc:  # anything else is gpuemu's own bug: say so, never blame the user's op
+        return internal_error(f"gpuemu {args.command}", exc)
 
 
 def server_main(argv: Sequence[str] | None = None) -> int:

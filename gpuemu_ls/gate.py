@@ -15,6 +15,7 @@ from .args import (
     Parser,
     argv_text,
     emit,
+    internal_error,
     iterations_arg,
     jobs_arg,
     load_workspace,
@@ -116,3 +117,5 @@ def check_main(argv: Sequence[str]) -> int:
     except BrokenPipeError:
         quiet_stdout()
         return EXIT_FAIL
+    except Exception as exc:  # gpuemu's own bug: say so, never blame the user's op
+        return internal_error("gpuemu-ls --check", exc)

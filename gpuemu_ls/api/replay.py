@@ -17,9 +17,10 @@ from typing import Any
 from ..engine.cases.plan import CaseSpec
 from ..engine.config.load import Config, OpConfig
 from ..engine.oracle.compare import Comparison
+from ..engine.private_files import check_name
 from ..engine.report.lines import KIND_TEXT
 from ..engine.store.db import Store
-from ..engine.tools.repro import REPRO_DIR, save_inputs
+from ..engine.tools.repro import save_inputs
 from .results import api_replay
 
 _FIELDS = {f.name for f in fields(Comparison)}
@@ -93,10 +94,7 @@ def client_replay_text(
         if write_inputs:
             snap = store.load_snapshot(row["snapshot_id"])
             if snap is not None:
-                folder = config.root / REPRO_DIR
-                folder.mkdir(parents=True, exist_ok=True)
-                path = folder / f"{op.name}_{seed}.npz"
-                save_inputs(path, snap)
+                path = save_inputs(config.root, f"{check_name('op name', op.name)}_{seed}", snap)
                 lines.append(f"  inputs written to {_show(path, cwd)} (logical arrays; layout {row['layout']})")
     else:
         lines.append("  inputs: not kept (only failing cases keep a snapshot); regenerated from (op, seed) on replay")

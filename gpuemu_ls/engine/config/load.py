@@ -23,6 +23,7 @@ from typing import Any
 
 from .. import dtypes as dt
 from ..errors import ConfigError, Problem
+from ..private_files import NAME_RULE, name_problem
 from .tomlpos import PositionIndex, Span
 
 if sys.version_info >= (3, 11):
@@ -33,6 +34,28 @@ else:  # pragma: no cover
 CONFIG_NAME = "gpuemu.toml"
 #: The largest seed: seeds reach editors as JSON numbers, exact in JavaScript and Lua only up to 2**53 - 1.
 MAX_SEED = 2**53 - 1
+#: Bounds of every numeric setting (key name -> (min, max), inclusive): a value past them is a typo, not
+#: a wish, and would otherwise surface later as an internal error (an overflowing timer, a worker that
+#: cannot import numpy under its memory limit, a plan that never ends). The CLI, the server and the API
+#: use the same figures.
+MAX_ITERATIONS = 1_000_000
+MAX_JOBS = 256
+MAX_TIMEOUT_S = 86_400.0
+MIN_MEMORY_MB, MAX_MEMORY_MB = 256, 1 << 24
+MAX_DIM = 2**31 - 1
+NUMERIC_BOUNDS: dict[str, tuple[float, float]] = {
+    "iterations": (1, MAX_ITERATIONS),
+    "fuzz_iterations": (1, MAX_ITERATIONS),
+    "parallel_jobs": (1, MAX_JOBS),
+    "timeout": (0, MAX_TIMEOUT_S),
+    "thorough_timeout": (0, MAX_TIMEOUT_S),
+    "memory_limit_mb": (MIN_MEMORY_MB, MAX_MEMORY_MB),
+    "max_failure_snapshots": (0, 100_000),
+    "regression_threshold": (0, 1e6),
+    "scale": (0, 1e300),
+    "atol": (0, 1e300),
+    "rtol": (0, 1e300),
+}
 FRAMEWORKS = ("numpy", "pytorch", "jax", "tensorflow")
 EXECUTION_MODES = ("in_process", "script_based", "client_side", "daemon_orchestrated")
 LAYOUTS = ("contiguous", "transposed", "strided")
@@ -652,8 +675,16 @@ class _Checker:
             seen.add(item)
 
     def nonneg(self, path: tuple[str | int, ...], value: Any, kind: str = "number", positive: bool = False) -> None:
-        if self.typed(path, value, kind) and (value <= 0 if positive else value < 0):
+        """A number >= 0 (> 0 with ``positive``) within the key's entry in NUMERIC_BOUNDS, if it has one."""
+        if not self.typed(path, value, kind):
+            return
+        if value <= 0 if positive else value < 0:
             self.problem(path, f"{self.dotted(path)} must be {'> 0' if positive else '>= 0'}, got {value}")
+            return
+        key = path[-1] if isinstance(path[-1], str) else ""
+        lo, hi = NUMERIC_BOUNDS.get(key, (0, MAX_DIM if kind == "int" else math.inf))
+        if not lo <= value <= hi:
+            self.problem(path, f"{self.dotted(path)} must be in [{_num(lo)}, {_num(hi)}], got {value}")
 
     def tolerances(self, path: tuple[str | int, ...], value: Any) -> None:
         tbl = self.table(path, value)
@@ -888,7 +919,7 @@ class _Checker:
         if not isinstance(value, list):
             self.problem(("ops",), "ops must be an array of tables: write each op as [[ops]]")
             return
-        names: dict[str, int] = {}
+        names: dict[str, tuple[int, str]] = {}
         for i, op in enumerate(value):
             path: tuple[str | int, ...] = ("ops", i)
             tbl = self.table(path, op)
@@ -899,18 +930,28 @@ class _Checker:
             if "name" not in tbl:
                 self.problem(path, "[[ops]] entry has no name", 'add name = "my_op"', on_key=True)
             elif self.typed((*path, "name"), name, "str"):
-                if not name:
-                    self.problem((*path, "name"), "op name must not be empty")
-                if name in names:
-                    first = self.index.value(("ops", names[name], "name"))
-                    self.problem(
-                        (*path, "name"),
-                        f"duplicate op name {name!r}",
-                        f"first defined at line {first.line}" if first else None,
-                    )
-                else:
-                    names[name] = i
+                self.unique_name(path, "op", name, names)
             self.check_op(path, tbl, raw)
+
+    def unique_name(self, path: tuple[str | int, ...], kind: str, name: str, seen: dict[str, tuple[int, str]]) -> None:
+        """Names become file names (reproductions, inputs): a safe character set, unique ignoring case
+        (``Double`` and ``double`` share one file on macOS and Windows)."""
+        why = name_problem(name)
+        if why:
+            self.problem((*path, "name"), f"{kind} name {name!r} cannot be used: {why}", f"use {NAME_RULE}")
+            return
+        key = name.casefold()
+        if key in seen:
+            index, other = seen[key]
+            first = self.index.value((path[0], index, "name"))
+            case = "" if other == name else f" (the same as {other!r} but for case)"
+            self.problem(
+                (*path, "name"),
+                f"duplicate {kind} name {name!r}{case}",
+                f"first defined at line {first.line}" if first else None,
+            )
+        else:
+            seen[key] = (int(path[1]), name)
 
     def check_op(self, path: tuple[str | int, ...], op: dict[str, Any], raw: dict[str, Any]) -> None:
         for k in ("module", "reference", "op_script", "output_dtype", "description"):
@@ -1155,7 +1196,7 @@ class _Checker:
         if not isinstance(value, list):
             self.problem(("kernels",), "kernels must be an array of tables: write each kernel as [[kernels]]")
             return
-        names: dict[str, int] = {}
+        names: dict[str, tuple[int, str]] = {}
         for i, k in enumerate(value):
             path: tuple[str | int, ...] = ("kernels", i)
             tbl = self.table(path, k)
@@ -1166,9 +1207,7 @@ class _Checker:
             if "name" not in tbl:
                 self.problem(path, "[[kernels]] entry has no name", 'add name = "my_kernel"', on_key=True)
             elif self.typed((*path, "name"), name, "str"):
-                if name in names:
-                    self.problem((*path, "name"), f"duplicate kernel name {name!r}")
-                names[name] = i
+                self.unique_name(path, "kernel", name, names)
             if "source" not in tbl:
                 self.problem(path, f"kernel {name!r} has no source", 'add source = "kernels/my_kernel.cu"', on_key=True)
             elif self.typed((*path, "source"), tbl["source"], "str"):
@@ -1277,6 +1316,30 @@ class _Checker:
                     f"{rel!r} resolves outside the workspace ({target})",
                     "set allow_external_paths = true under [project] if this is intended",
                 )
+        for i, op in enumerate(raw.get("ops", [])):
+            for key in ("module", "reference"):
+                val = op.get(key)
+                if isinstance(val, str) and is_callable_ref(val):
+                    self.module_inside(root, ("ops", i, key), val.split(":", 1)[0])
+
+    def module_inside(self, root: Path, path: tuple[str | int, ...], module: str) -> None:
+        """A workspace module, and every package it is imported through, must resolve inside the workspace:
+        a symlinked ``ops.py`` or ``pkg/`` would otherwise import code from anywhere."""
+        parts = module.split(".")
+        for n in range(1, len(parts) + 1):
+            base = root.joinpath(*parts[:n])
+            for candidate in (base.with_suffix(".py"), base / "__init__.py", base):
+                if not os.path.lexists(candidate):
+                    continue
+                target = candidate.resolve()
+                if not target.is_relative_to(root):
+                    shown = candidate.relative_to(root)
+                    self.problem(
+                        path,
+                        f"module {module!r}: {shown} resolves outside the workspace ({target})",
+                        "set allow_external_paths = true under [project] if this is intended",
+                    )
+                    return
 
     def build_op(self, index: int, op: dict[str, Any], validation: ValidationConfig, framework: str) -> OpConfig:
         dims: dict[str, DimSpec] = {}
@@ -1381,6 +1444,10 @@ def _checks(raw: dict[str, Any]) -> ArtifactChecksConfig:
 
 def _ints(*values: Any) -> bool:
     return all(isinstance(v, int) and not isinstance(v, bool) for v in values)
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e16 else f"{x:g}"
 
 
 def _tname(value: Any) -> str:

@@ -20,6 +20,7 @@ from typing import Any
 from ..._version import __version__
 from ..config.load import Config
 from ..errors import UsageError
+from ..private_files import check_name, write_private
 
 BASELINE_DIR = "gpuemu-baselines"
 SCHEMA = 1
@@ -31,9 +32,7 @@ def baseline_path(config: Config, tag_or_file: str) -> Path:
     if tag_or_file.endswith(".json") or "/" in tag_or_file or "\\" in tag_or_file:
         p = Path(tag_or_file)
         return p if p.is_absolute() else (Path.cwd() / p)
-    if not tag_or_file.replace("-", "").replace("_", "").replace(".", "").isalnum():
-        raise UsageError(f"baseline tag {tag_or_file!r}: use letters, digits, '-', '_' or '.'")
-    return config.root / BASELINE_DIR / f"{tag_or_file}.json"
+    return config.root / BASELINE_DIR / f"{check_name('baseline tag', tag_or_file)}.json"
 
 
 def from_document(doc: dict[str, Any], tag: str) -> dict[str, Any]:
@@ -70,9 +69,18 @@ def from_document(doc: dict[str, Any], tag: str) -> dict[str, Any]:
     }
 
 
-def write_baseline(path: Path, baseline: dict[str, Any]) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(baseline, indent=2, sort_keys=False) + "\n", encoding="utf-8")
+def write_baseline(config: Config, path: Path, baseline: dict[str, Any]) -> Path:
+    """Write a baseline: a tag's file under ``gpuemu-baselines/`` without following symlinks there; a
+    path the user named explicitly is written as given."""
+    data = (json.dumps(baseline, indent=2, sort_keys=False) + "\n").encode("utf-8")
+    folder = config.root / BASELINE_DIR
+    if path.parent == folder:
+        return write_private(config.root, (BASELINE_DIR, path.name), data)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    except OSError as exc:
+        raise UsageError(f"cannot write baseline {path}: {exc.strerror or exc}") from None
     return path
 
 

@@ -181,8 +181,7 @@ def run_case(
                 tuple(out.shape),
                 atol,
                 rtol,
-                detail=f"output {name!r} is {got}, expected {expected}"
-                + (" (the case dtype)" if not op.output_dtype else " (output_dtype)"),
+                detail=f"output {name!r} is {got}, expected {expected}" + _expected_why(op, spec, expected, ref_float),
             )
         else:
             cmp = compare_output(
@@ -527,3 +526,15 @@ def _float_like(a: np.ndarray | None) -> bool:
 
 def _as_float64(a: np.ndarray) -> np.ndarray:
     return np.asarray(a, dtype=np.float64) if (a.dtype.kind == "f" or a.dtype.name == "bfloat16") else a
+
+
+def _expected_why(op: OpConfig, spec: CaseSpec, expected: str, ref_float: bool) -> str:
+    """Why ``expected`` is the expected dtype, so a dtype mismatch names the setting to change."""
+    if op.output_dtype:
+        return " (output_dtype)"
+    if ref_float:
+        return " (the case dtype; set output_dtype if the op returns another)"
+    return (
+        f' (the reference returned {expected} for a {spec.dtype} case: set output_dtype = "{spec.dtype}" if the'
+        " output is floating point, or make the reference return floats)"
+    )

@@ -113,7 +113,10 @@ def as_outputs(value: Any, adapter: Adapter, who: str) -> dict[str, np.ndarray]:
         if not value:
             raise CallError("bad_output", f"{who} returned an empty dict")
         items = list(value.items())
-    elif isinstance(value, (tuple, list)) and value and not isinstance(value[0], (int, float)):
+    elif isinstance(value, tuple) or (isinstance(value, list) and value and all(map(_is_tensor, value))):
+        # several outputs: a tuple, or a list of arrays; a nested list of numbers is one array
+        if not value:
+            raise CallError("bad_output", f"{who} returned an empty {type(value).__name__}")
         items = [(f"result{i}", v) for i, v in enumerate(value)]
     else:
         items = [("result", value)]
@@ -134,6 +137,11 @@ def as_outputs(value: Any, adapter: Adapter, who: str) -> dict[str, np.ndarray]:
             raise CallError("bad_output", f"{who} returned an array of {arr.dtype} for {name!r}, not numbers")
         out[str(name)] = arr
     return out
+
+
+def _is_tensor(value: Any) -> bool:
+    """An array-like of its own (numpy, torch, jax, ...), not a Python number or nested list."""
+    return hasattr(value, "shape") or hasattr(value, "__array__") or hasattr(value, "__dlpack__")
 
 
 class Runner:

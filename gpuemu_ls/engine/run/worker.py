@@ -69,11 +69,36 @@ def _die_with_parent() -> None:
         pass
 
 
+def default_memory_mb() -> int | None:
+    """Half of the memory this machine (or its cgroup) has: one runaway case must not take the editor and
+    the rest of the machine down with it. None where it cannot be read."""
+    sizes = []
+    try:
+        sizes.append(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        pass
+    try:
+        text = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if text.isdigit():
+            sizes.append(int(text))
+    except OSError:
+        pass
+    return max(256, min(sizes) // 2 // 2**20) if sizes else None
+
+
 def _apply_limits(memory_mb: int | None) -> None:
-    if memory_mb:
-        limit = memory_mb * 1024 * 1024
+    """``memory_limit_mb`` caps the address space (RLIMIT_AS), as documented. Without it, the default caps
+    the data segment (RLIMIT_DATA: private writable memory) at half the machine's memory: unlike the address
+    space, it leaves the large inaccessible reservations of GPU runtimes and allocators alone."""
+    which, limit_mb = (resource.RLIMIT_AS, memory_mb) if memory_mb else (resource.RLIMIT_DATA, default_memory_mb())
+    if limit_mb:
+        limit = limit_mb * 1024 * 1024
         try:
-            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+            soft, hard = resource.getrlimit(which)
+            if hard != resource.RLIM_INFINITY:
+                limit = min(limit, hard)
+            if soft == resource.RLIM_INFINITY or soft > limit:
+                resource.setrlimit(which, (limit, hard if memory_mb is None else limit))
         except (ValueError, OSError):
             pass
 
@@ -155,8 +180,10 @@ def serve(conn: Connection) -> None:
                     ctx, spec, snapshot, phase=lambda p, s=spec.seed, w=watchdog: _announce(conn, s, p, w)
                 )
             except MemoryError:
+                limit = ctx.validation.memory_limit_mb
+                why = f"memory_limit_mb = {limit}" if limit else f"the default limit, {default_memory_mb()} MB"
                 result = CaseResult(
-                    spec.op, spec.seed, spec, "error", "out_of_memory", "the case ran out of memory (memory_limit_mb)"
+                    spec.op, spec.seed, spec, "error", "out_of_memory", f"the case ran out of memory ({why})"
                 )
             except Exception as exc:  # a bug in the engine itself: report it, keep serving
                 result = CaseResult(

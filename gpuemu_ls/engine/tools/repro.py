@@ -19,11 +19,12 @@ import numpy as np
 from ..cases.plan import CaseSpec
 from ..config.load import Config, OpConfig, is_callable_ref, resolve_tolerance
 from ..oracle.outcome import CaseResult
+from ..private_files import check_name, write_private
 
 REPRO_DIR = Path(".gpuemu") / "repro"
 
 
-def save_inputs(path: Path, arrays: dict[str, np.ndarray]) -> None:
+def inputs_bytes(arrays: dict[str, np.ndarray]) -> bytes:
     """An .npz any numpy can read; bfloat16 travels as uint16 bits with its dtype in ``__dtypes__``."""
     dtypes = {}
     out: dict[str, np.ndarray] = {}
@@ -32,7 +33,12 @@ def save_inputs(path: Path, arrays: dict[str, np.ndarray]) -> None:
         out[name] = arr.view(np.uint16) if arr.dtype.name == "bfloat16" else arr
     buf = io.BytesIO()
     np.savez_compressed(buf, __dtypes__=np.array(json.dumps(dtypes)), **out)
-    path.write_bytes(buf.getvalue())
+    return buf.getvalue()
+
+
+def save_inputs(root: Path, name: str, arrays: dict[str, np.ndarray]) -> Path:
+    """Write ``.gpuemu/repro/<name>.npz`` under the workspace ``root`` (no symlink followed)."""
+    return write_private(root, (*REPRO_DIR.parts, f"{name}.npz"), inputs_bytes(arrays))
 
 
 def write_repro(
@@ -45,10 +51,8 @@ def write_repro(
     label: str = "",
 ) -> Path:
     """Write the reproduction of a case; returns the script's path."""
-    folder = config.root / REPRO_DIR
-    folder.mkdir(parents=True, exist_ok=True)
-    stem = f"{op.name}_{spec.seed}{label}"
-    save_inputs(folder / f"{stem}.npz", inputs)
+    stem = f"{check_name('op name', op.name)}_{spec.seed}{label}"
+    save_inputs(config.root, stem, inputs)
     float_out = op.output_dtype or spec.dtype
     atol, rtol = resolve_tolerance(op, config.validation, float_out)
     expected: dict[str, Any] = {}
@@ -84,9 +88,7 @@ def write_repro(
     header = "\n".join(f"{k} = {v!r}" for k, v in values.items())
     text = _TEMPLATE.replace("@@HEADER@@", header).replace("@@DEPTH@@", str(depth)).replace("@@STEM@@", stem)
     text = text.replace("@@TITLE@@", f"op {op.name!r}, seed {spec.seed}{' (minimized)' if label else ''}")
-    script = folder / f"{stem}.py"
-    script.write_text(text, encoding="utf-8")
-    return script
+    return write_private(config.root, (*REPRO_DIR.parts, f"{stem}.py"), text.encode("utf-8"))
 
 
 _TEMPLATE = '''#!/usr/bin/env python3
