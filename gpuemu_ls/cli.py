@@ -2,7 +2,7 @@
 
 A thin face: every command parses its flags, calls the engine, prints. Exit codes: 0 when every op
 ran and passed, 1 on any failure, error or op that could not run, 2 on usage or configuration
-errors (the message names file, line and column).
+errors (the message names file, line and column); each command's exact codes are in docs/cli.md.
 """
 
 from __future__ import annotations
@@ -151,6 +151,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--all", action="store_true", help="every stored failure, not just the latest run's")
     p.add_argument("--since-hours", type=float, metavar="H")
     p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument(
+        "--exit-code",
+        action="store_true",
+        help="exit 1 when any failing case is listed (for scripts), 0 when none is",
+    )
 
     p = sub.add_parser("ops", help="the ops and kernels of the workspace and their last status")
     _common(p)
@@ -421,7 +426,10 @@ def cmd_minimize(args: argparse.Namespace) -> int:
 
 def cmd_failures(args: argparse.Namespace) -> int:
     cfg = load_workspace(args)
+    if args.op:
+        op_names(cfg, [args.op])  # an unknown op is a usage error (exit 2), never "no failures" (exit 0)
     store = Store.for_workspace(cfg.root)
+    listed = EXIT_FAIL if args.exit_code else EXIT_OK
     since = time.time() - args.since_hours * 3600 if args.since_hours else None
     if args.all or since is not None:
         rows = store.cases(op=args.op, since=since, not_passed=True)
@@ -436,7 +444,7 @@ def cmd_failures(args: argparse.Namespace) -> int:
             d["replay"] = replay_command(r["op"], r["seed"], cfg.root, Path.cwd())
             out.append(d)
         print(json.dumps({"schema": 1, "failures": out}, indent=2, default=str))
-        return EXIT_OK
+        return listed if rows else EXIT_OK
     if not rows:
         print(
             "no failures stored"
@@ -447,7 +455,7 @@ def cmd_failures(args: argparse.Namespace) -> int:
     for r in rows:
         print(row_line(r, cfg.root, Path.cwd()))
     print(f"{len(rows)} failing cases")
-    return EXIT_OK
+    return listed
 
 
 def cmd_ops(args: argparse.Namespace) -> int:
@@ -737,9 +745,25 @@ def server_main(argv: Sequence[str] | None = None) -> int:
         from .gate import check_main
 
         return check_main(args)
+    if "-h" in args or "--help" in args:
+        return _server_help()
     from .server import serve_main
 
     return serve_main(args)
+
+
+def _server_help() -> int:
+    """``gpuemu-ls --help``: the language server's flags, then the CI gate's (``gpuemu-ls --check``)."""
+    from .gate import check_parser
+    from .server import serve_main
+
+    try:
+        serve_main(["--help"])
+    except SystemExit:  # argparse's --help prints, then exits 0
+        pass
+    print("\nThe CI gate runs instead of the server when --check is given:\n")
+    print(check_parser().format_help(), end="")
+    return EXIT_OK
 
 
 def main() -> None:  # python -m gpuemu_ls.cli

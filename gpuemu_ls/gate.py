@@ -10,6 +10,7 @@ from pathlib import Path
 
 from .args import (
     EXIT_FAIL,
+    EXIT_INTERRUPTED,
     EXIT_USAGE,
     SHOW_FAILURES,
     Parser,
@@ -95,13 +96,33 @@ def run_ci(cfg: Config, args: argparse.Namespace) -> int:
     return int(doc["exit_code"])
 
 
-def check_main(argv: Sequence[str]) -> int:
-    parser = Parser(prog="gpuemu-ls --check", description="Validate every op and kernel of a workspace.")
-    parser.add_argument("--check", action="store_true", required=True)
+GATE_EXIT_CODES = (
+    "exit status: 0 every op and kernel ran and passed; 1 any failure, error, op that could not run, lint "
+    "violation, or regression under --fail-on-regression; 2 usage or configuration error, or a result store "
+    "that cannot be used; 130 interrupted (docs/cli.md)"
+)
+
+
+def check_parser() -> argparse.ArgumentParser:
+    """The parser of ``gpuemu-ls --check``; ``gpuemu-ls --help`` shows its help too."""
+    parser = Parser(
+        prog="gpuemu-ls",
+        description="The CI gate (same as `gpuemu ci`): validate every op and kernel of a workspace.",
+        epilog=GATE_EXIT_CODES,
+    )
+    parser.add_argument(
+        "--check", action="store_true", required=True, help="run the CI gate instead of the language server"
+    )
     parser.add_argument("--stdio", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("path", nargs="?", default=".", help="workspace folder holding gpuemu.toml (default: here)")
     gate_flags(parser)
-    args = parser.parse_args(list(argv))
+    parser.usage = parser.format_usage().removeprefix("usage: ").strip()  # `gpuemu-ls [-h] --check ...`
+    parser.prog = "gpuemu-ls --check"  # what its error messages start with
+    return parser
+
+
+def check_main(argv: Sequence[str]) -> int:
+    args = check_parser().parse_args(list(argv))
     args.workspace = str(Path(args.path))
     try:
         return run_ci(load_workspace(args), args)
@@ -114,6 +135,9 @@ def check_main(argv: Sequence[str]) -> int:
     except StoreError as exc:
         print(f"gpuemu-ls --check: error: {exc}", file=sys.stderr)
         return EXIT_FAIL
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
         quiet_stdout()
         return EXIT_FAIL
