@@ -205,7 +205,7 @@ async def test_apply_calibrated_tolerance_makes_a_correct_op_pass(editor: Any, w
     client.save(toml, edited)
     out = await client.execute("gpuemu.runOp", {"workspace": str(root), "op": "gelu"})
     # "cancelled" only if a run started by the save itself superseded it (once TOML_SAVE_BUG is fixed)
-    assert out["results"][0]["status"] in ("passed", "cancelled"), out
+    assert [r["status"] for r in out["results"]][:1] in (["passed"], ["cancelled"]), out
     state = await client.wait_state("gelu", {"passed", "failed", "error"}, since=since)
     assert state["state"] == "passed", state
     await client.wait_diagnostics(toml, lambda ds: not ds)

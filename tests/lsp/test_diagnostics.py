@@ -250,7 +250,7 @@ async def test_config_errors_while_typing_and_on_save(editor: Any, workspace: An
     await _settle()
     _check_points_at(client.diags(toml), broken, needle, label)
     found = await client.request("gpuemu/discoverOps")
-    assert found["workspaces"][0]["configError"], found
+    assert found["workspaces"] and found["workspaces"][0]["configError"], found
     client.save(toml, GOOD_TOML)
     await client.wait_diagnostics(toml, lambda ds: not ds)
     found = await client.request("gpuemu/discoverOps")

@@ -132,7 +132,7 @@ def test_wall_time_timeout_kills_a_sleeping_op(tmp_path: Path, mode: str) -> Non
     t0 = time.monotonic()
     entry, _ = run_json(root, "sleeper", no_zygote=mode == "no_zygote")
     elapsed = time.monotonic() - t0
-    assert entry["status"] == "error" and entry["failures"][0]["kind"] == "op_timeout", entry
+    assert entry["status"] == "error" and [f["kind"] for f in entry["failures"]][:1] == ["op_timeout"], entry
     assert "no answer within 1 s" in entry["failures"][0]["message"]
     assert elapsed < 60, elapsed
     (worker,) = notes(root)[0]
@@ -207,7 +207,7 @@ def test_what_an_op_started_dies_with_its_worker(tmp_path: Path, mode: str, how:
     root = probe_ws(tmp_path / "ws")
     op = "spawn_and_hang" if how == "timeout" else "spawn_and_segfault"
     entry, _ = run_json(root, op, no_zygote=mode == "no_zygote")
-    assert entry["failures"][0]["kind"] == ("op_timeout" if how == "timeout" else "op_crash"), entry
+    assert [f["kind"] for f in entry["failures"]][:1] == ["op_timeout" if how == "timeout" else "op_crash"], entry
     worker, child = notes(root)[0]
     assert relkit.wait_gone([worker, child], 15) == [], f"{'worker' if relkit.alive(worker) else 'child'} survived"
 
