@@ -54,7 +54,7 @@ from .engine.run.validate import RunOptions, plan_op, replay_spec, run_validatio
 from .engine.store.db import Store, StoreError
 from .engine.tools.calibrate import CalibrationRefused, calibrate, write_tolerances
 from .engine.tools.minimize import describe, minimize, store_minimized
-from .engine.tools.repro import write_repro
+from .engine.tools.repro import needs, write_repro
 from .gate import gate_flags, run_ci
 
 
@@ -378,7 +378,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         if case.stderr.strip():
             print("  stderr:\n    " + "\n    ".join(case.stderr.strip().splitlines()[-10:]))
     if repro is not None:
-        print(f"standalone reproduction: {_display(repro)} (python {_display(repro)}; needs only numpy)")
+        print(f"standalone reproduction: {_display(repro)} (python {_display(repro)}; needs {needs(op, spec)})")
     return result.exit_code
 
 
@@ -420,7 +420,8 @@ def cmd_minimize(args: argparse.Namespace) -> int:
     if not res.steps:
         print("    (already minimal: no smaller case fails the same way)")
     print(f"replay it: {info['replay']}")
-    print(f"standalone reproduction: {_display(repro)} (python {_display(repro)}; needs only numpy)")
+    shown = _display(repro)
+    print(f"standalone reproduction: {shown} (python {shown}; needs {needs(op, res.minimized.spec)})")
     return EXIT_FAIL
 
 
