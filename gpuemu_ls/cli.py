@@ -33,6 +33,7 @@ from .args import (
     quiet_stdout,
     replay_prefix,
     seed_arg,
+    workspace_root,
 )
 from .console import Progress
 from .engine.cases.generate import generate_inputs
@@ -51,7 +52,7 @@ from .engine.report.results import (
     summarize,
 )
 from .engine.run.validate import RunOptions, plan_op, replay_spec, run_validation
-from .engine.store.db import Store, StoreError
+from .engine.store.db import Store, StoreError, store_path
 from .engine.tools.calibrate import CalibrationRefused, calibrate, write_tolerances
 from .engine.tools.minimize import describe, minimize, store_minimized
 from .engine.tools.repro import needs, write_repro
@@ -213,6 +214,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", metavar="FILE")
     p.add_argument("--show", type=int, default=20, metavar="N", help=argparse.SUPPRESS)
 
+    p = sub.add_parser("store", help="check, repair or reset the result store; list its runs")
+    _common(p)
+    p.add_argument(
+        "action",
+        choices=("check", "repair", "reset", "runs"),
+        help="check: read every page, say what is wrong (exit 1 if anything); repair: copy every readable row into"
+        " a new store; reset: start empty (both keep the old file as <name>.corrupt-<time>); runs: recent runs",
+    )
+    p.add_argument("--limit", type=int, default=20, metavar="N", help="runs listed by `store runs` (default 20)")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+
     p = sub.add_parser("init", help="write a starter workspace that passes")
     p.add_argument("path", nargs="?", default=".", help="folder to create it in (default: here)")
     p.add_argument("--force", action="store_true", help="overwrite existing files")
@@ -240,6 +252,14 @@ def _run_and_report(
     doc = build_document(cfg, result, mode=options.mode)
     emit(render(doc, args.format, show=args.show, replay_prefix=replay_prefix(cfg)), args.output)
     return int(doc["exit_code"])
+
+
+def _reading_store(cfg: Config) -> Store:
+    """The store, opened for reading only (a read-only file or folder, a CI artifact, a newer schema)."""
+    store = Store.for_workspace(cfg.root, readonly=True)
+    for note in store.notes:
+        print(f"gpuemu: note: {note}", file=sys.stderr)
+    return store
 
 
 def _jobs(cfg: Config, args: argparse.Namespace) -> int:
@@ -305,7 +325,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     cfg = load_workspace(args)
     name = op_names(cfg, [args.op])[0]
     op = cfg.op(name)
-    store = Store.for_workspace(cfg.root)
+    store = _reading_store(cfg)
     if args.minimized:
         found = store.find_minimized(name, args.seed)
         if found is None:
@@ -323,11 +343,17 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
             print(text)
             return code
         spec, snapshot, source = replay_spec(cfg, op, args.seed, None if args.regenerate else store)
-    options = RunOptions(mode="reproduce", ops=[name], source="reproduce", command=argv_text())
+    options = RunOptions(mode="reproduce", ops=[name], source="reproduce", command=argv_text(), store=False)
+    try:  # the replay is recorded where it can be; a read-only store (a CI artifact) is still replayed from
+        sink: Store | None = Store.for_workspace(cfg.root)
+        options.store = True
+    except StoreError as exc:
+        print(f"gpuemu reproduce: note: this replay is not stored: {exc}", file=sys.stderr)
+        sink = None
     result = run_validation(
         cfg,
         options,
-        store=store,
+        store=sink,
         specs_by_op={name: [spec]},
         snapshots={name: {spec.seed: snapshot}} if snapshot is not None else None,
     )
@@ -336,7 +362,14 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     repro = None
     if not args.no_repro and case is not None:
         inputs = snapshot if snapshot is not None else generate_inputs(op, spec).logical
-        repro = write_repro(cfg, op, spec, inputs, case, label="_min" if args.minimized else "")
+        try:
+            repro = write_repro(cfg, op, spec, inputs, case, label="_min" if args.minimized else "")
+        except OSError as exc:  # a read-only .gpuemu/ (a CI artifact): the replay itself is still shown
+            where = f"{exc.filename}: " if exc.filename else ""
+            print(
+                f"gpuemu reproduce: note: no standalone reproduction written: {where}{exc.strerror or exc}",
+                file=sys.stderr,
+            )
     if args.format == "json":
         print(
             json.dumps(
@@ -429,7 +462,7 @@ def cmd_failures(args: argparse.Namespace) -> int:
     cfg = load_workspace(args)
     if args.op:
         op_names(cfg, [args.op])  # an unknown op is a usage error (exit 2), never "no failures" (exit 0)
-    store = Store.for_workspace(cfg.root)
+    store = _reading_store(cfg)
     listed = EXIT_FAIL if args.exit_code else EXIT_OK
     since = time.time() - args.since_hours * 3600 if args.since_hours else None
     if args.all or since is not None:
@@ -461,14 +494,9 @@ def cmd_failures(args: argparse.Namespace) -> int:
 
 def cmd_ops(args: argparse.Namespace) -> int:
     cfg = load_workspace(args)
-    latest: dict[str, dict[str, Any]] = {}
-    kernels: dict[str, dict[str, Any]] = {}
-    try:
-        store = Store.for_workspace(cfg.root)
-        latest = store.latest_op_results(kind="op")
-        kernels = store.latest_op_results(kind="kernel")
-    except StoreError:
-        pass
+    store = _reading_store(cfg)  # a store that cannot be read is an error, never "never run" everywhere
+    latest = store.latest_op_results(kind="op")
+    kernels = store.latest_op_results(kind="kernel")
     rows = []
     for op in cfg.ops:
         last = latest.get(op.name)
@@ -539,7 +567,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         since = time.time() - args.since_hours * 3600 if args.since_hours else None
         doc = document_from_store(
             cfg,
-            Store.for_workspace(cfg.root),
+            _reading_store(cfg),
             since=since,
             include_lint=args.include_lint,
             include_artifacts=args.include_artifacts,
@@ -558,7 +586,7 @@ def cmd_baseline(args: argparse.Namespace) -> int:
             except (OSError, json.JSONDecodeError) as exc:
                 raise UsageError(f"cannot read {args.from_file}: {exc}") from None
         else:
-            doc = document_from_store(cfg, Store.for_workspace(cfg.root), include_lint=True, include_artifacts=True)
+            doc = document_from_store(cfg, _reading_store(cfg), include_lint=True, include_artifacts=True)
         if not doc["ops"] and not doc["kernels"]:
             raise UsageError("no results to store: run `gpuemu ci` (or `gpuemu test`) first")
         write_baseline(cfg, path, from_document(doc, args.tag))
@@ -568,7 +596,7 @@ def cmd_baseline(args: argparse.Namespace) -> int:
     if args.baseline_command == "show":
         print(json.dumps(base, indent=2))
         return EXIT_OK
-    doc = document_from_store(cfg, Store.for_workspace(cfg.root), include_lint=True, include_artifacts=True)
+    doc = document_from_store(cfg, _reading_store(cfg), include_lint=True, include_artifacts=True)
     regs = regressions(doc, base, cfg.ci.regression_threshold)
     for r in regs:
         print(f"REGRESSION {r['kind']} {r['name']}: {r['reason']}")
@@ -688,6 +716,66 @@ def cmd_lint(args: argparse.Namespace) -> int:
     return int(doc["exit_code"])
 
 
+def cmd_store(args: argparse.Namespace) -> int:
+    """``gpuemu store check|repair|reset|runs``: works on the store even when gpuemu.toml does not load."""
+    from .engine.store.maintain import check, repair, reset
+
+    path = store_path(workspace_root(args))
+    if args.action == "runs":
+        runs = Store(path, readonly=True).runs(limit=max(1, args.limit))
+        if args.format == "json":
+            print(json.dumps({"schema": 1, "store": str(path), "runs": runs}, indent=2, default=str))
+            return EXIT_OK
+        for r in runs:
+            started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["started_at"] or 0))
+            print(f"{r['id'][:12]}  {started}  {r['status']:12} {r['source'] or '':10} {r['mode'] or '':9} "
+                  f"{r['command'] or ''}")  # fmt: skip
+        print(f"{len(runs)} runs in {path}" if runs else f"no runs stored in {path}")
+        return EXIT_OK
+    if args.action == "check":
+        found = check(path)
+        if args.format == "json":
+            print(json.dumps({"schema": 1, **found.to_dict()}, indent=2))
+        elif not found.exists:
+            print(f"no result store at {path} yet (gpuemu test creates it)")
+        else:
+            counts = ", ".join(f"{n if n is not None else '?'} {t}" for t, n in found.counts.items())
+            runs = ", ".join(f"{n} {s}" for s, n in sorted(found.runs.items()))
+            print(f"{path}: {found.size} bytes, schema {found.schema if found.schema is not None else '?'}")
+            if counts:
+                print(f"  rows: {counts}" + (f"; runs: {runs}" if runs else ""))
+            for note in found.notes:
+                print(f"  note: {note}")
+            for problem in found.problems:
+                print(f"  damaged: {problem}")
+            print(
+                "  ok"
+                if found.healthy
+                else "  `gpuemu store repair` recovers what can be read, `gpuemu store reset`"
+                " starts empty; both keep the old file beside it"
+            )
+        return EXIT_OK if found.healthy else EXIT_FAIL
+    done = repair(path) if args.action == "repair" else reset(path)
+    if args.format == "json":
+        print(json.dumps({"schema": 1, "action": args.action, **done.to_dict()}, indent=2))
+    elif args.action == "repair" and done.kept is None:
+        print(f"{path} is healthy: nothing to repair")
+    else:
+        if done.kept is not None:
+            print(f"kept the old store as {done.kept}")
+        if args.action == "repair":
+            got = ", ".join(f"{n} {t}" for t, n in done.recovered.items())
+            lost = sum(done.unreadable.values())
+            tail = ", ".join(done.lost_tail)
+            print(
+                f"recovered {got}"
+                + (f"; {lost} rows could not be read" if lost else "")
+                + (f"; the end of {tail} could not be read" if tail else "")
+            )
+        print(f"{path} is ready")
+    return EXIT_OK
+
+
 def cmd_init(args: argparse.Namespace) -> int:
     from .engine.tools.init import write_starter
 
@@ -712,6 +800,7 @@ COMMANDS = {
     "lint": cmd_lint,
     "report": cmd_report,
     "baseline": cmd_baseline,
+    "store": cmd_store,
 }
 
 
@@ -726,9 +815,9 @@ def gpuemu_main(argv: Sequence[str] | None = None) -> int:
     except (UsageError, FileExistsError) as exc:
         print(f"gpuemu {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except StoreError as exc:
+    except StoreError as exc:  # damaged, read-only, newer or on a full disk: the message says what to do
         print(f"gpuemu {args.command}: error: {exc}", file=sys.stderr)
-        return EXIT_FAIL
+        return EXIT_USAGE
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

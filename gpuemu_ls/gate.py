@@ -132,9 +132,9 @@ def check_main(argv: Sequence[str]) -> int:
     except UsageError as exc:
         print(f"gpuemu-ls --check: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except StoreError as exc:
+    except StoreError as exc:  # damaged, read-only, newer or on a full disk: the message says what to do
         print(f"gpuemu-ls --check: error: {exc}", file=sys.stderr)
-        return EXIT_FAIL
+        return EXIT_USAGE
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

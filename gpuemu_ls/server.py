@@ -150,6 +150,9 @@ class GpuemuServer(LanguageServer):
                 lsp.PublishDiagnosticsParams(uri=path.as_uri(), diagnostics=diags.get(path, []))
             )
         self.published[s.root] = {p for p, d in diags.items() if d}
+        if s.store_error and s.store_error != s.store_error_shown:  # a damaged or unreadable store: say so once
+            s.store_error_shown = s.store_error
+            self.message(f"gpuemu: {s.store_error}", lsp.MessageType.Error)
 
     def refresh_and_publish(self, s: WorkspaceSession) -> None:
         """Reread the store off the event loop, then publish on it."""

@@ -17,6 +17,7 @@ from concurrent.futures import wait as futures_wait
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..engine.errors import GpuemuError
 from ..engine.run.validate import RunOptions, RunResult, plan_op, run_validation
 from ..engine.store.db import Store
 from .workspace import WorkspaceSession
@@ -83,7 +84,8 @@ class JobRunner:
                     {
                         "type": "failed",
                         "job": job,
-                        "error": f"{type(exc).__name__}: {exc}",
+                        # the engine's own errors (a damaged or full store) say what to do: no type name
+                        "error": str(exc) if isinstance(exc, GpuemuError) else f"{type(exc).__name__}: {exc}",
                         "traceback": traceback.format_exc(),
                     },
                 )

@@ -58,6 +58,7 @@ class WorkspaceSession:
         self._store_path = Path(store_override).expanduser().resolve() if store_override else store_path(self.root)
         self._data_version: int | None = None
         self.store_error: str | None = None
+        self.store_error_shown: str | None = None  # the last store problem told to the user
         self.generation = 0  # config reloads requested (the server skips stale ones)
         self.saved_config: Config | None = None  # as last read from disk: what a save is compared against
         self.loader: Any = None  # the server's one-thread executor for config reloads
@@ -131,8 +132,8 @@ class WorkspaceSession:
         if self._store is None:
             if self.closed or not self._store_path.exists():
                 return None
-            try:
-                self._store = Store(self._store_path)
+            try:  # read-only: a read-only or newer store is still shown, and reading never writes
+                self._store = Store(self._store_path, readonly=True)
                 self.store_error = None
             except StoreError as exc:
                 self.store_error = str(exc)
@@ -188,7 +189,11 @@ class WorkspaceSession:
                 self.views = views
                 self._data_version = int(store.db.execute("PRAGMA data_version").fetchone()[0])
             except Exception as exc:  # a store being written right now, or corrupt: keep the old views
-                self.store_error = f"reading {self._store_path}: {exc}"
+                self.store_error = (
+                    str(exc)
+                    if isinstance(exc, StoreError)
+                    else f"cannot read the result store {self._store_path}: {exc}"
+                )
 
     def _minimized(self, store: Store) -> dict[str, dict[int, dict[str, Any]]]:
         rows = store.query(

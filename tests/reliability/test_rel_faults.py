@@ -373,6 +373,7 @@ def test_full_disk_writer_gets_a_clear_error_and_no_corruption(tmp_path: Path) -
     relkit.record("faults", full_disk=1)
     assert full.returncode == 3, (full.returncode, full.stderr[-2000:])
     assert "STORE_ERROR: cannot write the result store" in full.stderr and str(db) in full.stderr, full.stderr
+    assert "disk full" in full.stderr and "no transaction is active" not in full.stderr, full.stderr
     assert relkit.no_traceback(full.stderr)
     assert relkit.integrity(db) == "ok"
     problems = relkit.intact_since(db, before)
@@ -394,8 +395,9 @@ def test_full_disk_cli_run_says_so_and_keeps_the_store(tmp_path: Path) -> None:
     proc = relkit.run_cli(root, "test", "--quick", "--no-progress", preexec_fn=_fsize(limit))
     relkit.record("faults", full_disk=1)
     out = proc.stdout + proc.stderr
-    assert proc.returncode == 1, out[-3000:]
+    assert proc.returncode == 2, out[-3000:]
     assert "error: cannot write the result store" in proc.stderr and str(db) in proc.stderr, out[-3000:]
+    assert "disk full" in proc.stderr, out[-3000:]
     assert relkit.no_traceback(out), out[-3000:]
     assert relkit.integrity(db) == "ok"
     assert relkit.intact_since(db, before) == []
@@ -422,7 +424,7 @@ def tiny_tmpfs(tmp_path: Path) -> Any:
 
 @pytest.mark.asyncio
 async def test_full_tmpfs_cli_and_server(tmp_path: Path, tiny_tmpfs: Path) -> None:
-    """The store on a 8 MiB tmpfs that fills up (ENOSPC): the CLI says so and exits 1, the server shows the
+    """The store on a 8 MiB tmpfs that fills up (ENOSPC): the CLI says so and exits 2, the server shows the
     error and keeps answering, the store stays consistent and readable."""
     root = big_ws(tmp_path / "ws", iterations=6)
     db = tiny_tmpfs / "gpuemu.db"
@@ -432,10 +434,12 @@ async def test_full_tmpfs_cli_and_server(tmp_path: Path, tiny_tmpfs: Path) -> No
     before = relkit.fingerprint(db)
     proc = relkit.run_cli(root, "test", "--quick", "--no-progress", env=env)
     relkit.record("faults", full_disk=1)
-    assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert "cannot write the result store" in proc.stderr and relkit.no_traceback(proc.stdout + proc.stderr), (
-        proc.stderr[-3000:]
-    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert (
+        "cannot write the result store" in proc.stderr
+        and "disk full" in proc.stderr
+        and relkit.no_traceback(proc.stdout + proc.stderr)
+    ), proc.stderr[-3000:]
     assert relkit.integrity(db) == "ok" and relkit.intact_since(db, before) == []
     client = await relkit.start_server(root, {**relkit.QUIET, "storePath": str(db)})
     relkit.record("server", started=1)
@@ -462,7 +466,7 @@ async def test_full_tmpfs_cli_and_server(tmp_path: Path, tiny_tmpfs: Path) -> No
 @pytest.mark.asyncio
 @pytest.mark.parametrize("damage", ["random_bytes", "sqlite_header_then_garbage"])
 async def test_a_corrupt_store_is_a_clear_error_not_a_crash(tmp_path: Path, damage: str) -> None:
-    """A store file overwritten with garbage: the CLI and the gate say which file and why (exit 1, no
+    """A store file overwritten with garbage: the CLI and the gate say which file and why (exit 2, no
     traceback), the server reports it and keeps answering."""
     relkit.record("faults", corrupt_store=1)
     root = relkit.good_ws(tmp_path / "ws")
@@ -471,8 +475,8 @@ async def test_a_corrupt_store_is_a_clear_error_not_a_crash(tmp_path: Path, dama
     junk = os.urandom(20_000)
     db.write_bytes(junk if damage == "random_bytes" else b"SQLite format 3\x00" + junk)
     for proc in (relkit.run_cli(root, "test", "--quick", "--no-progress"), relkit.run_check(root, "--quick")):
-        assert proc.returncode == 1, proc.stdout + proc.stderr
-        assert f"cannot open the result store {db}" in proc.stderr, proc.stderr
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert f"cannot open the result store {db}: it is damaged" in proc.stderr, proc.stderr
         assert relkit.no_traceback(proc.stdout + proc.stderr), proc.stderr
     client = await relkit.start_server(root)
     relkit.record("server", started=1)

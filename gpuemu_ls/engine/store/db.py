@@ -6,20 +6,31 @@ back-off while another process holds the lock. Failures keep the exact input sna
 content-addressed), so ``reproduce`` replays byte for byte even if generation changes later. The
 file and its folder are created readable by their owner only. sqlite-utils creates and migrates the
 schema and runs the queries; writes go through explicit transactions.
+
+A store that cannot be trusted is never guessed around: a damaged, truncated or foreign file, a full disk,
+a read-only file and a newer schema each raise a :class:`StoreError` naming the file and what to do
+(``store/maintain.py`` checks, repairs and resets). Readers open the file read-only, so a CI artifact or a
+read-only folder can still be inspected. Each run records who holds it (pid and process start time), so a
+run whose process was killed reads as ``interrupted``, not ``running`` forever.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
 import platform
+import resource
+import shutil
 import sqlite3
+import tempfile
 import time
+import urllib.parse
 import uuid
 import zlib
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,17 +39,23 @@ import sqlite_utils
 
 from ..._version import __version__
 from .. import dtypes as dt
+from ..errors import StoreError
 
 if TYPE_CHECKING:
     from ..oracle.outcome import CaseResult
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 DEFAULT_RELATIVE = Path(".gpuemu") / "gpuemu.db"
 LOCK_RETRY_SECONDS = 120.0
-
-
-class StoreError(Exception):
-    """The store cannot be opened or written (a full disk, a read-only folder, a corrupt file)."""
+#: The columns this version reads: a store of a newer schema is readable as long as it still has them all.
+READ_COLUMNS = {
+    "runs": {"id", "started_at", "finished_at", "source", "mode", "status", "host", "pid"},
+    "op_results": {"run_id", "op", "kind", "status", "message", "detail", "finished_at"},
+    "snapshots": {"id", "data"},
+    "cases": {"id", "run_id", "op", "seed", "status", "kind", "shapes", "detail", "snapshot_id", "created_at"},
+}
+#: ``runs.owner`` of a row whose writer is known only by ``pid`` (rows of schema 1 still ``running``).
+OWNER_PID_ONLY = "pid"
 
 
 def store_path(root: Path) -> Path:
@@ -74,130 +91,248 @@ def decode_arrays(blob: bytes) -> dict[str, np.ndarray]:
 
 
 class Store:
-    """A connection to one store file. Cheap to open; safe to use from several processes at once."""
+    """A connection to one store file. Cheap to open; safe to use from several processes at once.
 
-    def __init__(self, path: Path) -> None:
+    ``readonly=True`` is for commands that only read (``ops``, ``failures``, ``report``, ``reproduce``, the
+    language server's views): the file is opened with SQLite's ``mode=ro`` and never written, so a store on a
+    read-only file or folder (a CI artifact) can still be inspected; a missing store reads as empty and is not
+    created. Every SQLite error becomes a :class:`StoreError` that names the file and what to do.
+    """
+
+    def __init__(self, path: Path, *, readonly: bool = False) -> None:
         self.path = Path(path)
+        self.readonly = readonly
+        self.missing = False
+        self.schema = SCHEMA_VERSION
+        #: Things a reader should be told (a newer schema read as far as it is compatible, a private copy).
+        self.notes: list[str] = []
+        self._copy_dir: str | None = None
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            if not self.path.exists():
-                fd = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o600)
-                os.close(fd)
-            conn = sqlite3.connect(str(self.path), timeout=30.0, isolation_level=None, check_same_thread=False)
-            conn.execute("PRAGMA busy_timeout = 30000")
-            self.db = sqlite_utils.Database(conn)
-            self._retry(lambda: self.db.execute("PRAGMA journal_mode = WAL"))
-            self.db.execute("PRAGMA synchronous = NORMAL")
-            self._migrate()
-        except sqlite3.DatabaseError as exc:
-            raise StoreError(f"cannot open the result store {self.path}: {exc}") from None
+            if readonly:
+                self._open_for_reading()
+            else:
+                self._open_for_writing()
+        except StoreError:
+            self._discard()
+            raise
+        except sqlite3.Error as exc:
+            self._discard()
+            raise self._error(exc, "open") from None
         except OSError as exc:
-            raise StoreError(f"cannot create the result store {self.path}: {exc}") from None
+            self._discard()
+            raise self._os_error(exc, "open") from None
 
     @classmethod
-    def for_workspace(cls, root: Path) -> Store:
-        return cls(store_path(root))
+    def for_workspace(cls, root: Path, *, readonly: bool = False) -> Store:
+        return cls(store_path(root), readonly=readonly)
+
+    @property
+    def writable(self) -> bool:
+        return not self.readonly
 
     def close(self) -> None:
-        self.db.conn.close()
+        if getattr(self, "db", None) is not None:
+            self.db.conn.close()
+        self._discard()
+
+    def _discard(self) -> None:
+        if self._copy_dir is not None:
+            shutil.rmtree(self._copy_dir, ignore_errors=True)
+            self._copy_dir = None
+
+    # --- opening ---------------------------------------------------------------------------
+    def _open_for_writing(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if not self.path.exists():
+            _create(self.path)
+        problem = file_problem(self.path)
+        if problem:
+            raise self._damaged(problem, "open")
+        if not (os.access(self.path, os.W_OK) and os.access(self.path.parent, os.W_OK)):
+            what = "the file" if not os.access(self.path, os.W_OK) else f"its folder {self.path.parent}"
+            raise StoreError(
+                f"cannot write the result store {self.path}: {what} is read-only. Reading commands (ops, failures,"
+                " report, reproduce) still work; to store results make it writable, or point GPUEMU_STORE at a"
+                " writable file",
+                path=self.path,
+                reason="read-only",
+            )
+        self._connect(str(self.path))
+        self._retry(lambda: self.db.execute("PRAGMA journal_mode = WAL"))
+        self.db.execute("PRAGMA synchronous = NORMAL")
+        self.schema = int(self.db.execute("PRAGMA user_version").fetchone()[0])
+        if self.schema > SCHEMA_VERSION:
+            raise StoreError(
+                f"cannot write the result store {self.path}: it was written by a newer gpuemu (store schema"
+                f" {self.schema}; gpuemu {__version__} writes schema {SCHEMA_VERSION}), and writing it could"
+                " damage what that version stored. Upgrade gpuemu, or point GPUEMU_STORE at another file;"
+                " reading commands still work",
+                path=self.path,
+                reason="newer",
+            )
+        self._migrate()
+        self.mark_interrupted()
+
+    def _open_for_reading(self) -> None:
+        if not self.path.exists():  # nothing stored yet: read as empty, create nothing
+            self.missing = True
+            self._connect(":memory:")
+            self._migrate()
+            return
+        problem = file_problem(self.path)
+        if problem:
+            raise self._damaged(problem, "read")
+        uri = sqlite_uri(self.path)
+        try:
+            self._connect(f"{uri}?mode=ro", uri=True)
+            self.db.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        except sqlite3.OperationalError as exc:
+            if _errname(exc).startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")):
+                raise
+            # A WAL store in a read-only folder without its -shm: SQLite cannot open it in place.
+            self.db.conn.close()
+            if _has_wal(self.path):  # the WAL holds committed rows: read a private copy that replays it
+                self._copy_dir = tempfile.mkdtemp(prefix="gpuemu-store-")
+                copy = Path(self._copy_dir) / self.path.name
+                shutil.copyfile(self.path, copy)
+                shutil.copyfile(wal_path(self.path), wal_path(copy))
+                self._connect(str(copy))
+                self.notes.append(f"{self.path} is read-only: reading a private copy of it")
+            else:  # everything is in the file: nothing can change it while we read
+                self._connect(f"{uri}?immutable=1", uri=True)
+            self.db.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        self.schema = int(self.db.execute("PRAGMA user_version").fetchone()[0])
+        if self.schema > SCHEMA_VERSION:
+            missing = self._missing_columns()
+            if missing:
+                raise StoreError(
+                    f"cannot read the result store {self.path}: it was written by a newer gpuemu (store schema"
+                    f" {self.schema}; gpuemu {__version__} reads schema {SCHEMA_VERSION}) and lacks"
+                    f" {', '.join(missing)}. Upgrade gpuemu to read it",
+                    path=self.path,
+                    reason="newer",
+                )
+            self.notes.append(
+                f"{self.path} was written by a newer gpuemu (store schema {self.schema}; this one knows"
+                f" {SCHEMA_VERSION}): reading it as far as it is compatible, writing refused"
+            )
+        elif self.schema == 0 and not self._tables():
+            raise self._damaged("it holds no gpuemu tables", "read")
+
+    def _connect(self, target: str, *, uri: bool = False) -> None:
+        conn = sqlite3.connect(target, timeout=30.0, isolation_level=None, check_same_thread=False, uri=uri)
+        conn.execute("PRAGMA busy_timeout = 30000")
+        self.db = sqlite_utils.Database(conn)
+
+    def _tables(self) -> set[str]:
+        return {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()}
+
+    def _missing_columns(self) -> list[str]:
+        missing = []
+        for table, columns in READ_COLUMNS.items():
+            have = {r[1] for r in self.db.execute(f"PRAGMA table_info([{table}])").fetchall()}
+            missing += [f"{table}.{c}" for c in sorted(columns - have)]
+        return missing
+
+    # --- errors ----------------------------------------------------------------------------
+    def _damaged(self, detail: str, doing: str) -> StoreError:
+        return StoreError(
+            f"cannot {doing} the result store {self.path}: it is damaged ({detail}). `gpuemu store check` shows"
+            " what is wrong; `gpuemu store repair` recovers what can be read and `gpuemu store reset` starts"
+            f" empty, both keeping the old file as {self.path.name}.corrupt-<time>",
+            path=self.path,
+            reason="damaged",
+        )
+
+    def _error(self, exc: sqlite3.Error, doing: str) -> StoreError:
+        """What an SQLite error means for the user: damage, a full disk, a read-only file, or the error itself."""
+        name, text = _errname(exc), str(exc)
+        if (
+            name.startswith("SQLITE_FULL")
+            or "disk is full" in text
+            or (name.startswith("SQLITE_IOERR") and doing in ("write", "open") and _disk_looks_full(self.path))
+        ):
+            return StoreError(
+                f"cannot write the result store {self.path}: disk full ({text}). Nothing stored before was lost;"
+                " the results of this command were not stored. Free some space (or raise the file size limit)"
+                " and run again",
+                path=self.path,
+                reason="disk-full",
+            )
+        if (
+            name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB"))
+            or "malformed" in text
+            or "not a database" in text
+            or "Could not decode" in text
+        ):
+            return self._damaged(text, doing)
+        if name.startswith("SQLITE_READONLY") or "readonly database" in text:
+            return StoreError(
+                f"cannot write the result store {self.path}: it is read-only ({text}). Make it writable, or point"
+                " GPUEMU_STORE at a writable file",
+                path=self.path,
+                reason="read-only",
+            )
+        return StoreError(f"cannot {doing} the result store {self.path}: {text}", path=self.path)
+
+    def _os_error(self, exc: OSError, doing: str) -> StoreError:
+        if exc.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+            return StoreError(
+                f"cannot {'create' if doing == 'open' else doing} the result store {self.path}: disk full"
+                f" ({exc.strerror}). Free some space and run again",
+                path=self.path,
+                reason="disk-full",
+            )
+        reason = "read-only" if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS) else "io"
+        where = exc.filename or self.path
+        return StoreError(
+            f"cannot {'create' if doing == 'open' else doing} the result store {self.path}: {where}:"
+            f" {exc.strerror or exc}",
+            path=self.path,
+            reason=reason,
+        )
+
+    @contextmanager
+    def _reading(self) -> Iterator[None]:
+        try:
+            yield
+        except sqlite3.Error as exc:
+            raise self._error(exc, "read") from None
 
     # --- schema ----------------------------------------------------------------------------
     def _migrate(self) -> None:
-        version = self.db.execute("PRAGMA user_version").fetchone()[0]
+        version = int(self.db.execute("PRAGMA user_version").fetchone()[0])
         if version >= SCHEMA_VERSION:
             return
         with self._write():
-            self.db["runs"].create(
-                {
-                    "id": str,
-                    "started_at": float,
-                    "finished_at": float,
-                    "source": str,
-                    "mode": str,
-                    "seed": int,
-                    "iterations": int,
-                    "workspace": str,
-                    "config_hash": str,
-                    "status": str,
-                    "host": str,
-                    "version": str,
-                    "command": str,
-                    "pid": int,
-                },
-                pk="id",
-                if_not_exists=True,
-            )
-            self.db["op_results"].create(
-                {
-                    "run_id": str,
-                    "op": str,
-                    "kind": str,
-                    "status": str,
-                    "cases": int,
-                    "passed": int,
-                    "failed": int,
-                    "errors": int,
-                    "max_abs": float,
-                    "max_rel": float,
-                    "max_ulp": float,
-                    "max_ratio": float,
-                    "duration": float,
-                    "message": str,
-                    "diagnosis": str,
-                    "detail": str,
-                    "finished_at": float,
-                },
-                pk=("run_id", "op", "kind"),
-                if_not_exists=True,
-            )
-            self.db["snapshots"].create(
-                {
-                    "id": str,
-                    "op": str,
-                    "seed": int,
-                    "layout": str,
-                    "data": bytes,
-                    "nbytes": int,
-                    "created_at": float,
-                },
-                pk="id",
-                if_not_exists=True,
-            )
-            self.db["cases"].create(
-                {
-                    "id": int,
-                    "run_id": str,
-                    "op": str,
-                    "seed": int,
-                    "status": str,
-                    "kind": str,
-                    "dtype": str,
-                    "layout": str,
-                    "distribution": str,
-                    "strategy": str,
-                    "shapes": str,
-                    "dims": str,
-                    "max_abs": float,
-                    "max_rel": float,
-                    "max_ulp": float,
-                    "max_ratio": float,
-                    "mismatches": int,
-                    "total": int,
-                    "message": str,
-                    "tolerance": str,
-                    "detail": str,
-                    "snapshot_id": str,
-                    "from_snapshot": int,
-                    "created_at": float,
-                },
-                pk="id",
-                if_not_exists=True,
-            )
-            self.db["cases"].create_index(["op", "seed"], if_not_exists=True)
-            self.db["cases"].create_index(["run_id"], if_not_exists=True)
-            self.db["cases"].create_index(["op", "status"], if_not_exists=True)
-            self.db["op_results"].create_index(["op", "finished_at"], if_not_exists=True)
+            version = int(self.db.execute("PRAGMA user_version").fetchone()[0])  # another process may have
+            if version < 1:
+                _create_schema_1(self.db)
+            if version < 2:  # who holds a run: runs killed with -9 are then told apart from live ones
+                if "owner" not in {r[1] for r in self.db.execute("PRAGMA table_info(runs)").fetchall()}:
+                    self.db.execute("ALTER TABLE runs ADD COLUMN owner TEXT")
+                self.db.execute(
+                    "UPDATE runs SET owner = ? WHERE status = 'running' AND pid IS NOT NULL AND owner IS NULL",
+                    (OWNER_PID_ONLY,),
+                )
             self.db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    def mark_interrupted(self) -> int:
+        """Mark ``running`` runs whose process is gone (killed with -9, a lost machine) as ``interrupted``.
+
+        Only runs of this host with a recorded owner are judged; the others may be alive elsewhere."""
+        if self.readonly:
+            return 0
+        rows = self.query("SELECT id, host, pid, owner FROM runs WHERE status = 'running'")
+        gone = [r["id"] for r in rows if not owner_alive(r)]
+        if gone:
+            marks = ",".join("?" * len(gone))
+            self.write(
+                lambda c: c.execute(
+                    f"UPDATE runs SET status = 'interrupted' WHERE status = 'running' AND id IN ({marks})", gone
+                )
+            )
+        return len(gone)
 
     # --- writing ---------------------------------------------------------------------------
     def _retry(self, fn: Any) -> Any:
@@ -219,22 +354,31 @@ class Store:
         self._retry(lambda: conn.execute("BEGIN IMMEDIATE"))
         try:
             yield
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        try:
             self._retry(lambda: conn.execute("COMMIT"))
-        except sqlite3.OperationalError as exc:
-            conn.execute("ROLLBACK")
-            raise StoreError(f"cannot write the result store {self.path}: {exc}") from None
+        except BaseException:
+            # SQLite has already rolled back after a full disk or an I/O error: a second ROLLBACK would only
+            # hide the real error behind "cannot rollback - no transaction is active".
+            if conn.in_transaction:
+                with suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+            raise
 
     def write(self, fn: Any) -> Any:
-        """Run ``fn(conn)`` in one immediate transaction; a full disk becomes a StoreError, not corruption."""
+        """Run ``fn(conn)`` in one immediate transaction: all of it is stored or none. A full disk, a damaged or
+        read-only file become a :class:`StoreError` saying so, and what was stored before stays intact."""
+        if self.readonly:
+            raise StoreError(
+                f"cannot write the result store {self.path}: it was opened for reading only",
+                path=self.path,
+                reason="read-only",
+            )
         try:
             with self._write():
                 return fn(self.db.conn)
-        except sqlite3.OperationalError as exc:
-            raise StoreError(f"cannot write the result store {self.path}: {exc}") from None
+        except sqlite3.Error as exc:
+            raise self._error(exc, "write") from None
+        except OSError as exc:
+            raise self._os_error(exc, "write") from None
 
     def begin_run(
         self,
@@ -263,12 +407,13 @@ class Store:
             __version__,
             command,
             os.getpid(),
+            process_owner(os.getpid()) or OWNER_PID_ONLY,
         )
         row = _texts(row)
         self.write(
             lambda c: c.execute(
                 "INSERT INTO runs (id, started_at, finished_at, source, mode, seed, iterations, workspace, config_hash,"
-                " status, host, version, command, pid) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                " status, host, version, command, pid, owner) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 row,
             )
         )
@@ -403,7 +548,9 @@ class Store:
 
     # --- reading ---------------------------------------------------------------------------
     def query(self, sql: str, params: tuple[Any, ...] | dict[str, Any] = ()) -> list[dict[str, Any]]:
-        return list(self.db.query(sql, params))
+        """Rows of ``sql``; a damaged page read on the way is a :class:`StoreError` naming the file."""
+        with self._reading():
+            return list(self.db.query(sql, params))
 
     def latest_op_results(self, kind: str | None = None) -> dict[str, dict[str, Any]]:
         """The most recent result of every op (and kernel), whichever face produced it."""
@@ -413,11 +560,17 @@ class Store:
 
     def run(self, run_id: str) -> dict[str, Any] | None:
         rows = self.query("SELECT * FROM runs WHERE id = ?", (run_id,))
-        return rows[0] if rows else None
+        return _effective(rows[0]) if rows else None
 
     def latest_run(self) -> dict[str, Any] | None:
         rows = self.query("SELECT * FROM runs ORDER BY started_at DESC LIMIT 1")
-        return rows[0] if rows else None
+        return _effective(rows[0]) if rows else None
+
+    def runs(self, limit: int | None = None) -> list[dict[str, Any]]:
+        """Runs, newest first; a ``running`` one whose process is gone reads as ``interrupted`` (also where the
+        store cannot be written to say so)."""
+        sql = "SELECT * FROM runs ORDER BY started_at DESC" + (f" LIMIT {int(limit)}" if limit else "")
+        return [_effective(r) for r in self.query(sql)]
 
     def cases(
         self,
@@ -463,7 +616,12 @@ class Store:
 
     def load_snapshot(self, snapshot_id: str) -> dict[str, np.ndarray] | None:
         rows = self.query("SELECT data FROM snapshots WHERE id = ?", (snapshot_id,))
-        return decode_arrays(rows[0]["data"]) if rows else None
+        if not rows:
+            return None
+        try:
+            return decode_arrays(rows[0]["data"])
+        except (zlib.error, ValueError, KeyError, TypeError) as exc:  # bytes changed under SQLite's nose
+            raise self._damaged(f"snapshot {snapshot_id} cannot be decoded: {exc}", "read") from None
 
     def find_minimized(self, op: str, seed: int) -> tuple[Any, dict[str, np.ndarray]] | None:
         """The newest minimized case of (op, seed) (a ``minimize`` run) and its inputs."""
@@ -477,13 +635,259 @@ class Store:
         if not rows:
             return None
         snap = self.load_snapshot(rows[0]["snapshot_id"])
-        detail = json.loads(rows[0]["detail"] or "{}")
+        try:
+            detail = json.loads(rows[0]["detail"] or "{}")
+        except ValueError as exc:
+            raise self._damaged(f"case {rows[0]['id']} cannot be decoded: {exc}", "read") from None
         if snap is None or "spec" not in detail:
             return None
         return CaseSpec.from_dict(detail["spec"]), snap
 
     def count(self, table: str) -> int:
-        return int(self.db.execute(f"SELECT count(*) FROM [{table}]").fetchone()[0])
+        with self._reading():
+            return int(self.db.execute(f"SELECT count(*) FROM [{table}]").fetchone()[0])
+
+
+def _create_schema_1(db: sqlite_utils.Database) -> None:
+    """The tables of schema 1 (later versions alter them in :meth:`Store._migrate`)."""
+    db["runs"].create(
+        {
+            "id": str,
+            "started_at": float,
+            "finished_at": float,
+            "source": str,
+            "mode": str,
+            "seed": int,
+            "iterations": int,
+            "workspace": str,
+            "config_hash": str,
+            "status": str,
+            "host": str,
+            "version": str,
+            "command": str,
+            "pid": int,
+        },
+        pk="id",
+        if_not_exists=True,
+    )
+    db["op_results"].create(
+        {
+            "run_id": str,
+            "op": str,
+            "kind": str,
+            "status": str,
+            "cases": int,
+            "passed": int,
+            "failed": int,
+            "errors": int,
+            "max_abs": float,
+            "max_rel": float,
+            "max_ulp": float,
+            "max_ratio": float,
+            "duration": float,
+            "message": str,
+            "diagnosis": str,
+            "detail": str,
+            "finished_at": float,
+        },
+        pk=("run_id", "op", "kind"),
+        if_not_exists=True,
+    )
+    db["snapshots"].create(
+        {
+            "id": str,
+            "op": str,
+            "seed": int,
+            "layout": str,
+            "data": bytes,
+            "nbytes": int,
+            "created_at": float,
+        },
+        pk="id",
+        if_not_exists=True,
+    )
+    db["cases"].create(
+        {
+            "id": int,
+            "run_id": str,
+            "op": str,
+            "seed": int,
+            "status": str,
+            "kind": str,
+            "dtype": str,
+            "layout": str,
+            "distribution": str,
+            "strategy": str,
+            "shapes": str,
+            "dims": str,
+            "max_abs": float,
+            "max_rel": float,
+            "max_ulp": float,
+            "max_ratio": float,
+            "mismatches": int,
+            "total": int,
+            "message": str,
+            "tolerance": str,
+            "detail": str,
+            "snapshot_id": str,
+            "from_snapshot": int,
+            "created_at": float,
+        },
+        pk="id",
+        if_not_exists=True,
+    )
+    db["cases"].create_index(["op", "seed"], if_not_exists=True)
+    db["cases"].create_index(["run_id"], if_not_exists=True)
+    db["cases"].create_index(["op", "status"], if_not_exists=True)
+    db["op_results"].create_index(["op", "finished_at"], if_not_exists=True)
+
+
+def _create(path: Path) -> None:
+    """Create an empty store at ``path`` whole: built under a private name and linked into place, so the file is
+    never seen empty or half made (an empty or truncated store is then always damage, never a store being born).
+    If another process linked one first, that one is kept."""
+    tmp = path.with_name(f".{path.name}.new-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+    os.close(fd)
+    try:
+        conn = sqlite3.connect(str(tmp), isolation_level=None)
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            db = sqlite_utils.Database(conn)
+            conn.execute("BEGIN IMMEDIATE")
+            _create_schema_1(db)
+            conn.execute("ALTER TABLE runs ADD COLUMN owner TEXT")
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            conn.execute("COMMIT")
+        finally:
+            conn.close()
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass
+        except OSError as exc:  # a file system without hard links: move it, unless someone was first
+            if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.EXDEV):
+                raise
+            if not path.exists():
+                os.replace(tmp, path)
+    finally:
+        for leftover in (tmp, wal_path(tmp), tmp.with_name(tmp.name + "-shm")):
+            with suppress(OSError):
+                os.unlink(leftover)
+
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def file_problem(path: Path) -> str | None:
+    """Damage visible without reading past the header: an empty, foreign or truncated file (cheap, so every
+    open checks it; damage inside pages shows when they are read, and ``gpuemu store check`` reads them all)."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as fh:
+            head = fh.read(100)
+    except OSError:
+        return None  # opening it says why
+    if _has_wal(path):
+        return None  # the file may lag its WAL (a checkpoint in progress): SQLite judges it
+    if size == 0:
+        return "the file is empty (0 bytes): it was truncated"
+    if len(head) < 100 or not head.startswith(SQLITE_MAGIC):
+        return "not an SQLite database"
+    page_size = int.from_bytes(head[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    pages = int.from_bytes(head[28:32], "big")
+    if head[24:28] == head[92:96] and pages and size < pages * page_size:
+        return f"truncated: {size} bytes where its header says {pages * page_size}"
+    return None
+
+
+def wal_path(path: Path) -> Path:
+    return path.with_name(path.name + "-wal")
+
+
+def _has_wal(path: Path) -> bool:
+    try:
+        return wal_path(path).stat().st_size > 0
+    except OSError:
+        return False
+
+
+def sqlite_uri(path: Path) -> str:
+    return "file:" + urllib.parse.quote(str(path.resolve()))
+
+
+def _errname(exc: BaseException) -> str:
+    return str(getattr(exc, "sqlite_errorname", "") or "")
+
+
+def _disk_looks_full(path: Path) -> bool:
+    """Whether an I/O error on write is a full disk: the file system is out of space, or a file size limit
+    (RLIMIT_FSIZE, where SQLite sees EFBIG) is set and reached."""
+    try:
+        soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+        if soft != resource.RLIM_INFINITY:
+            sizes = [p.stat().st_size for p in (path, wal_path(path)) if p.exists()]
+            if max(sizes, default=0) + 65536 >= soft:
+                return True
+        st = os.statvfs(path.parent)
+        return st.f_bavail * st.f_frsize < 1 << 20
+    except (OSError, ValueError):
+        return False
+
+
+# --- who holds a run ------------------------------------------------------------------------------
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def process_owner(pid: int) -> str | None:
+    """``proc:<boot id>:<pid start time>`` of a live process, which no later process can share (a reused pid
+    starts later; a reboot changes the boot id); None for a process that is gone, a zombie, or without /proc."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = raw[raw.rfind(")") + 2 :].split()
+    if len(fields) < 20 or fields[0] in ("Z", "X"):
+        return None
+    return f"proc:{_boot_id()}:{fields[19]}"
+
+
+def _pid_running(pid: int) -> bool:
+    if Path("/proc").is_dir():
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            return False
+        return bool(fields) and fields[0] not in ("Z", "X")
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _effective(run: dict[str, Any]) -> dict[str, Any]:
+    if run.get("status") == "running" and not owner_alive(run):
+        return {**run, "status": "interrupted"}
+    return run
+
+
+def owner_alive(run: dict[str, Any]) -> bool:
+    """Whether the process that began ``run`` may still be running it (True when it cannot be told: another
+    host, or a run shared by several processes that records no owner)."""
+    owner, pid = run.get("owner"), run.get("pid")
+    if not owner or pid is None or run.get("host") != platform.node():
+        return True
+    if owner == OWNER_PID_ONLY or not str(owner).startswith("proc:"):
+        return _pid_running(int(pid))
+    return process_owner(int(pid)) == owner
 
 
 def _relative(file: str | None, root: Path | None) -> str | None:
