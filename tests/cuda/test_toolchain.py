@@ -27,14 +27,14 @@ def test_nothing_found_names_what_and_how(nothing: tc.Toolchain) -> None:
     assert (nothing.nvcc, nothing.ptxas, nothing.cuobjdump, nothing.nvdisasm) == (None, None, None, None)
     msg = nothing.missing_message(("nvcc", "cuobjdump"))
     assert "nvcc" in msg and "cuobjdump" in msg and "PATH" in msg
-    assert "pip install 'gpuemu-ls[cuda]'" in msg and "nvidia-cuda-nvcc" in msg
+    assert "pip install './gpuemu-ls[cuda]'" in msg and "pip install 'nvidia-cuda-nvcc>=13.0'" in msg
 
 
 def test_no_tools_is_not_run_never_passed(nothing: tc.Toolchain, tmp_path: Path) -> None:
     spec = KernelSpec("vector_add", DATA / "vector_add.cu", checks=ArtifactChecks(max_registers=1))
     r = lint_kernel(spec, tmp_path / "cache", nothing)
     assert r.status == "not_run"
-    assert "nvcc" in r.message and "pip install 'gpuemu-ls[cuda]'" in r.message
+    assert "nvcc" in r.message and "pip install './gpuemu-ls[cuda]'" in r.message
     assert r.findings and r.findings[0].code == "cuda-tools-missing"
     (f,) = lint_file(DATA / "forbidden.cu", None, tools=nothing)
     assert f.status == "not_run"

@@ -23,7 +23,9 @@ from gatekit import (
     write_files,
 )
 
-needs_nvcc = pytest.mark.skipif(not have_nvcc(), reason="nvcc not found (pip install 'gpuemu-ls[cuda]')")
+needs_nvcc = pytest.mark.skipif(
+    not have_nvcc(), reason="nvcc not found (pip install './gpuemu-ls[cuda]' from a checkout)"
+)
 
 
 def _ci(ws: Path, *args: str):

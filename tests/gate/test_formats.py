@@ -158,7 +158,7 @@ def test_sarif_locations(run: dict) -> None:
     assert all(rules[r["ruleIndex"]] == r["ruleId"] for r in results)
 
 
-@pytest.mark.skipif(not NVCC, reason="nvcc not found (pip install 'gpuemu-ls[cuda]')")
+@pytest.mark.skipif(not NVCC, reason="nvcc not found (pip install './gpuemu-ls[cuda]' from a checkout)")
 def test_sarif_kernel_finding_on_its_cu_line(run: dict) -> None:
     ws = run["ws"]
     lint = [r for r in run["sarif"]["runs"][0]["results"] if r["ruleId"].startswith("gpuemu-lint/")]

@@ -27,7 +27,9 @@ from gatekit import (
     write_files,
 )
 
-pytestmark = pytest.mark.skipif(not have_nvcc(), reason="nvcc not found (pip install 'gpuemu-ls[cuda]')")
+pytestmark = pytest.mark.skipif(
+    not have_nvcc(), reason="nvcc not found (pip install './gpuemu-ls[cuda]' from a checkout)"
+)
 
 LINT_TOML = """[project]
 name = "lint"

@@ -74,7 +74,8 @@ def _finish(
     result.sass_histogram = art.sass_counts
     if unit.sass_tool is None:
         sass_reason = unit.sass_error or (
-            "neither cuobjdump nor nvdisasm found: pip install 'gpuemu-ls[cuda]'"
+            "neither cuobjdump nor nvdisasm found: pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm "
+            "(part of gpuemu-ls's [cuda] extra)"
             if unit.assembled
             else "nothing was assembled (ptxas not found)"
         )

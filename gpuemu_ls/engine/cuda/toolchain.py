@@ -26,7 +26,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 TOOL_NAMES: tuple[str, ...] = ("nvcc", "ptxas", "cuobjdump", "nvdisasm")
-INSTALL_HINT = "pip install 'gpuemu-ls[cuda]'"
+#: gpuemu-ls is not on PyPI yet: the [cuda] extra installs from a checkout or a built wheel, or its wheels directly.
+INSTALL_HINT = (
+    "pip install './gpuemu-ls[cuda]'` from a checkout (or a built wheel's `[cuda]` extra), or "
+    "`pip install 'nvidia-cuda-nvcc>=13.0' nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm nvidia-cuda-cccl"
+)
 WHEEL_FOR_TOOL = {
     "nvcc": "nvidia-cuda-nvcc",
     "ptxas": "nvidia-cuda-nvcc",

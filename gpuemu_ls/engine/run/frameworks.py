@@ -261,6 +261,8 @@ _FACTORIES: dict[str, tuple[type[Adapter], str]] = {
     "tensorflow": (TensorflowAdapter, "tensorflow"),
 }
 _CACHE: dict[tuple[str, str | None], Adapter] = {}
+#: What each framework extra of pyproject.toml installs, for the hint when it is missing.
+_EXTRA_PACKAGES = {"torch": "'torch>=2.3'", "jax": "'jax>=0.4.30' 'jaxlib>=0.4.30'", "tensorflow": "'tensorflow>=2.16'"}
 
 
 def get_adapter(framework: str, device: str | None = None) -> Adapter:
@@ -278,7 +280,10 @@ def get_adapter(framework: str, device: str | None = None) -> Adapter:
     try:
         adapter = factory(device)
     except ImportError as exc:
-        raise ImportError(f"framework {framework!r} needs {extra}: pip install 'gpuemu-ls[{extra}]' ({exc})") from None
+        raise ImportError(
+            f"framework {framework!r} needs {extra}: pip install {_EXTRA_PACKAGES[extra]} (gpuemu-ls's [{extra}] "
+            f"extra; from a checkout: pip install './gpuemu-ls[{extra}]') ({exc})"
+        ) from None
     _CACHE[key] = adapter
     return adapter
 

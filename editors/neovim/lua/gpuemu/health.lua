@@ -30,7 +30,7 @@ function M.check()
   else
     health.warn(
       'default server command not found: ' .. cmd[1],
-      { 'pip install gpuemu-ls into the workspace .venv, put gpuemu-ls on PATH, or set cmd in vim.lsp.config' }
+      { 'pip install /path/to/gpuemu-ls (a checkout, or a wheel built from one) into the workspace .venv, put gpuemu-ls on PATH, or set cmd in vim.lsp.config' }
     )
   end
 
