@@ -2,12 +2,19 @@
 
 Checked when they arrive, like jedi-language-server does: an unknown key or a wrong type is reported
 to the user (``window/showMessage``) with what was used instead, never silently ignored.
+
+Trust is the editor's decision, made once: ``initializationOptions`` set it, and afterwards
+(``workspace/configuration`` answers, ``didChangeConfiguration``) it may only be lowered, so settings a
+client fills from project-local files (e.g. Neovim with neoconf) cannot make an untrusted workspace run
+code. ``iterations`` is bounded by the engine's ``MAX_ITERATIONS``, as in gpuemu.toml, the CLI and the API.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
+
+from .engine.config.load import MAX_ITERATIONS, MAX_JOBS
 
 MODES = ("quick", "thorough")
 WATCH = ("auto", "client", "server", "off")
@@ -29,8 +36,11 @@ class ServerOptions:
     watch: str = "auto"  # auto: the client's file watching when offered, else a server-side watcher
     poll_store_seconds: float = 1.0  # how often to look for results written by other processes
 
-    def merged(self, raw: dict[str, Any] | None) -> tuple[ServerOptions, list[str]]:
-        """These options updated from a client's dict (camelCase or snake_case keys), with problems found."""
+    def merged(self, raw: dict[str, Any] | None, *, initial: bool = False) -> tuple[ServerOptions, list[str]]:
+        """These options updated from a client's dict (camelCase or snake_case keys), with problems found.
+
+        Only the ``initial`` options (``initializationOptions``) may grant trust; later ones may only lower it.
+        """
         if not raw:
             return self, []
         if not isinstance(raw, dict):
@@ -45,6 +55,8 @@ class ServerOptions:
                 problems.append(f"unknown gpuemu option {key!r} (known: {', '.join(sorted(aliases))})")
                 continue
             error = _check(name, value)
+            if not error and name == "trusted" and value and not self.trusted and not initial:
+                error = "trust can only be lowered after the server started (the editor grants it at start)"
             if error:
                 problems.append(f"gpuemu option {key!r}: {error}; keeping {getattr(self, name)!r}")
                 continue
@@ -70,8 +82,9 @@ def _check(name: str, value: Any) -> str | None:
     if name in ("iterations", "jobs"):
         if value is None and name == "iterations":
             return None
-        ok = isinstance(value, int) and not isinstance(value, bool) and value > 0
-        return None if ok else f"expected a positive integer, got {value!r}"
+        top = MAX_ITERATIONS if name == "iterations" else MAX_JOBS
+        ok = isinstance(value, int) and not isinstance(value, bool) and 0 < value <= top
+        return None if ok else f"expected a positive integer up to {top}, got {value!r}"
     if name == "store_path":
         return None if value is None or isinstance(value, str) else f"expected a path, got {value!r}"
     if name == "poll_store_seconds":

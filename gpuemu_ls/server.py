@@ -12,6 +12,9 @@ from __future__ import annotations
 import asyncio
 import faulthandler
 import logging
+import os
+import re
+import signal
 import sys
 import threading
 import uuid
@@ -22,11 +25,13 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 from lsprotocol import types as lsp
+from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams, JsonRpcInvalidRequest
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol, lsp_method
+from pygls.protocol.json_rpc import RPCRequest
 
 from ._version import __version__
-from .engine.config.load import CONFIG_NAME, MAX_SEED, find_workspace
+from .engine.config.load import CONFIG_NAME, MAX_ITERATIONS, MAX_SEED, find_workspace
 from .engine.run.zygote import get_zygote
 from .features.code_actions import (
     CALIBRATE,
@@ -43,7 +48,7 @@ from .features.code_actions import (
 from .features.diagnostics import workspace_diagnostics
 from .features.hover import kernel_hover, op_hover
 from .features.ranges import op_header_range, op_target
-from .options import ServerOptions
+from .options import MODES, ServerOptions
 from .session.jobs import Job, JobRunner
 from .session.watcher import FileWatcher, StorePoller
 from .session.workspace import WorkspaceSession, find_roots
@@ -53,19 +58,84 @@ EXPERIMENTAL = {"gpuemu": {"discoverOps": True, "runOps": True, "opState": True,
 DISCOVER_OPS, RUN_OPS, OP_STATE = "gpuemu/discoverOps", "gpuemu/runOps", "gpuemu/opState"
 
 
+class _Answered:
+    """A request already answered with an error while it was read (pygls then has nothing to dispatch)."""
+
+
 class GpuemuProtocol(LanguageServerProtocol):
-    """Adds the Test Explorer messages to the advertised capabilities, under ``experimental``."""
+    """Adds the Test Explorer messages to the advertised capabilities, under ``experimental``; answers every
+    request, even one pygls cannot read (wrong params, no ``jsonrpc``, after shutdown), which it would drop."""
+
+    initialized_once = False
 
     @lsp_method(lsp.INITIALIZE)
     def lsp_initialize(self, params: lsp.InitializeParams) -> Any:
+        if self.initialized_once:  # refused before anything changes: options (trust) are set once
+            raise JsonRpcInvalidRequest("initialize was already received; restart the server to change its options")
         result = yield from super().lsp_initialize(params)
         result.capabilities.experimental = EXPERIMENTAL
+        self.initialized_once = True
         return result
 
+    def structure_message(self, data: dict[str, Any]) -> Any:
+        try:
+            return super().structure_message(data)
+        except JsonRpcException as exc:
+            if "method" in data and "id" in data:  # a request: its sender waits for an answer
+                error = exc if isinstance(exc, JsonRpcInvalidParams) else JsonRpcInvalidParams()
+                detail = f"{error.message}: the parameters of {data.get('method')!r} do not have the expected shape"
+                self._send_response(_reply_id(data["id"]), None, JsonRpcInvalidParams(detail).to_response_error())
+                return _Answered()
+            raise
 
-def uri_to_path(uri: str) -> Path:
+    def handle_message(self, message: Any) -> None:
+        if isinstance(message, _Answered):
+            return
+        if isinstance(message, dict) or getattr(message, "jsonrpc", None) != self.VERSION:
+            # pygls keeps objects without "jsonrpc" as plain dicts, and drops other versions unanswered
+            msg_id, method = _get(message, "id"), _get(message, "method")
+            if method is not None and msg_id is not None:
+                error = JsonRpcInvalidRequest('not a JSON-RPC 2.0 request ("jsonrpc": "2.0")')
+                self._send_response(_reply_id(msg_id), None, error.to_response_error())
+            return
+        if self._shutdown and isinstance(message, RPCRequest) and message.method != lsp.EXIT:
+            error = JsonRpcInvalidRequest(f"{message.method}: the server is shutting down")
+            self._send_response(message.id, None, error.to_response_error())
+            return
+        super().handle_message(message)
+
+
+def _get(message: Any, key: str) -> Any:
+    return message.get(key) if isinstance(message, dict) else getattr(message, key, None)
+
+
+def _reply_id(msg_id: Any) -> Any:
+    """The id to answer with: JSON-RPC ids are strings or numbers; anything else is answered with null."""
+    return msg_id if isinstance(msg_id, (str, int)) and not isinstance(msg_id, bool) else None
+
+
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+
+
+def uri_to_path(uri: str) -> Path | None:
+    """The file a ``file:`` URI names; None for any other URI (``untitled:``, ``git:``) or none at all."""
+    if not isinstance(uri, str):
+        return None
     parsed = urlparse(uri)
-    return Path(unquote(parsed.path)).resolve()
+    if parsed.scheme != "file":
+        return None
+    try:
+        return Path(unquote(parsed.path)).resolve()
+    except (ValueError, OSError):  # a NUL byte, a path too long to resolve
+        return None
+
+
+def request_path(uri: Any) -> Path | None:
+    """The file a request's document URI names (None: not a file); a string that is not a URI at all is
+    the client's error, answered with InvalidParams."""
+    if not isinstance(uri, str) or not _SCHEME.match(uri):
+        raise JsonRpcInvalidParams(f"not a document URI: {str(uri)[:200]!r}")
+    return uri_to_path(uri)
 
 
 class GpuemuServer(LanguageServer):
@@ -87,6 +157,7 @@ class GpuemuServer(LanguageServer):
         self.poller: StorePoller | None = None
         self.client_watches = False
         self.lock = threading.Lock()
+        self.shut_down = False  # `shutdown` was answered: `exit` then ends with status 0
 
     # --- helpers -----------------------------------------------------------------------------
     def post(self, fn: Any, *args: Any) -> None:
@@ -411,7 +482,7 @@ def create_server() -> GpuemuServer:
     def initialize(ls: GpuemuServer, params: lsp.InitializeParams) -> None:
         raw = params.initialization_options
         raw = raw.get("gpuemu", raw) if isinstance(raw, dict) else raw
-        ls.options, ls.option_problems = ServerOptions().merged(raw)
+        ls.options, ls.option_problems = ServerOptions().merged(raw, initial=True)
         ls.jobs = JobRunner(ls._job_event_from_thread, ls.options.jobs)
         ls.loop = asyncio.get_running_loop()
         if ls.options.trusted:
@@ -422,7 +493,7 @@ def create_server() -> GpuemuServer:
         folders = [uri_to_path(f.uri) for f in params.workspace_folders or []]
         if not folders and (params.root_uri or params.root_path):
             folders = [uri_to_path(params.root_uri) if params.root_uri else Path(params.root_path or ".")]
-        for folder in folders:
+        for folder in (f for f in folders if f is not None):
             for root in find_roots(folder):
                 ls.add_session(root, publish=False)
 
@@ -453,6 +524,7 @@ def create_server() -> GpuemuServer:
 
     @server.feature(lsp.SHUTDOWN)
     def shutdown(ls: GpuemuServer, _params: Any) -> None:
+        ls.shut_down = True
         ls.jobs.shutdown()
         for closer in (ls.watcher, ls.poller):
             if closer is not None:
@@ -460,10 +532,14 @@ def create_server() -> GpuemuServer:
         for s in ls.sessions.values():
             s.close()
 
+    @server.feature(lsp.EXIT)
+    def exit_(ls: GpuemuServer, _params: Any) -> None:
+        terminate(ls, 0 if ls.shut_down else 1)
+
     @server.feature(lsp.TEXT_DOCUMENT_DID_OPEN)
     def did_open(ls: GpuemuServer, params: lsp.DidOpenTextDocumentParams) -> None:
         path = uri_to_path(params.text_document.uri)
-        s = ls.session_for(path)
+        s = ls.session_for(path) if path is not None else None
         if s is None:
             return
         if path == s.config_path and params.text_document.text != s.loaded_text:
@@ -481,7 +557,7 @@ def create_server() -> GpuemuServer:
     @server.feature(lsp.TEXT_DOCUMENT_DID_CHANGE)
     def did_change(ls: GpuemuServer, params: lsp.DidChangeTextDocumentParams) -> None:
         path = uri_to_path(params.text_document.uri)
-        if path.name != CONFIG_NAME:
+        if path is None or path.name != CONFIG_NAME:
             return
         s = ls.session_for(path)
         if s is not None:  # live config diagnostics from the unsaved buffer; nothing runs
@@ -490,7 +566,7 @@ def create_server() -> GpuemuServer:
     @server.feature(lsp.TEXT_DOCUMENT_DID_SAVE)
     def did_save(ls: GpuemuServer, params: lsp.DidSaveTextDocumentParams) -> None:
         path = uri_to_path(params.text_document.uri)
-        s = ls.session_for(path)
+        s = ls.session_for(path) if path is not None else None
         if s is None:
             return
         ls.handled_mtime[path] = _mtime(path)
@@ -501,8 +577,8 @@ def create_server() -> GpuemuServer:
         by_session: dict[Path, set[Path]] = {}
         for ch in params.changes:
             path = uri_to_path(ch.uri)
-            s = ls.session_for(path)
-            if s is not None and s.owns(path):
+            s = ls.session_for(path) if path is not None else None
+            if s is not None and path is not None and s.owns(path):
                 by_session.setdefault(s.root, set()).add(path)
         for root, paths in by_session.items():
             ls.watched_change(ls.sessions[root], paths)
@@ -529,10 +605,11 @@ def create_server() -> GpuemuServer:
     def did_change_folders(ls: GpuemuServer, params: lsp.DidChangeWorkspaceFoldersParams) -> None:
         for f in params.event.removed:
             gone = uri_to_path(f.uri)
-            for root in [r for r in ls.sessions if r.is_relative_to(gone)]:
+            for root in [r for r in ls.sessions if gone is not None and r.is_relative_to(gone)]:
                 ls.sessions.pop(root).close()
         for f in params.event.added:
-            for root in find_roots(uri_to_path(f.uri)):
+            added = uri_to_path(f.uri)
+            for root in find_roots(added) if added is not None else []:
                 ls.add_session(root)
 
     @server.feature(lsp.WINDOW_WORK_DONE_PROGRESS_CANCEL)
@@ -543,6 +620,7 @@ def create_server() -> GpuemuServer:
 
     @server.feature(DISCOVER_OPS)
     async def discover_ops(ls: GpuemuServer, params: Any) -> dict[str, Any]:
+        _checked(DISCOVER_OPS, params, ())  # no parameters: nothing, or an object
         # the statuses agree with every opState already sent: views are made current off the event loop
         for s in list(ls.sessions.values()):
             await asyncio.to_thread(s.fresh)
@@ -550,7 +628,7 @@ def create_server() -> GpuemuServer:
 
     @server.feature(RUN_OPS)
     async def run_ops(ls: GpuemuServer, params: Any) -> dict[str, Any]:
-        return await _run_ops(ls, _as_dict(params))
+        return await _run_ops(ls, _run_params(params))
 
     for name in COMMANDS:
         server.command(name)(_command_handler(name))
@@ -566,14 +644,6 @@ def _plain(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
     return value
-
-
-def _as_dict(params: Any) -> dict[str, Any]:
-    """Request or command parameters as a dict (a one-element argument list is unwrapped)."""
-    plain = _plain(params)
-    if isinstance(plain, list):
-        plain = plain[0] if plain else {}
-    return plain if isinstance(plain, dict) else {}
 
 
 def _read_text(path: Path) -> str | None:
@@ -634,8 +704,8 @@ def _register_optional_features(ls: GpuemuServer) -> None:
             lsp.TEXT_DOCUMENT_CODE_ACTION, lsp.CodeActionOptions(code_action_kinds=[lsp.CodeActionKind.QuickFix])
         )
         def actions(ls_: GpuemuServer, params: lsp.CodeActionParams) -> list[lsp.CodeAction] | None:
-            path = uri_to_path(params.text_document.uri)
-            s = ls_.session_for(path)
+            path = request_path(params.text_document.uri)
+            s = ls_.session_for(path) if path is not None else None
             if s is None or s.config is None:
                 return None
             return code_actions(s, list(params.context.diagnostics), ls_._toml_text(s)) or None
@@ -644,18 +714,18 @@ def _register_optional_features(ls: GpuemuServer) -> None:
 
         @ls.feature(lsp.TEXT_DOCUMENT_CODE_LENS)
         def lenses(ls_: GpuemuServer, params: lsp.CodeLensParams) -> list[lsp.CodeLens] | None:
-            path = uri_to_path(params.text_document.uri)
-            s = ls_.session_for(path)
-            if s is None:
+            path = request_path(params.text_document.uri)
+            s = ls_.session_for(path) if path is not None else None
+            if s is None or path is None:
                 return None
             running = {op: text for (root, op), text in ls_.running.items() if root == s.root}
             return code_lenses(s, path, running) or None
 
 
 def _hover(ls: GpuemuServer, params: lsp.HoverParams) -> lsp.Hover | None:
-    path = uri_to_path(params.text_document.uri)
-    s = ls.session_for(path)
-    if s is None or s.config is None:
+    path = request_path(params.text_document.uri)
+    s = ls.session_for(path) if path is not None else None
+    if s is None or s.config is None or path is None:
         return None
     cfg = s.config
     line = params.position.line + 1
@@ -755,7 +825,7 @@ def _range_json(r: lsp.Range) -> dict[str, Any]:
 
 def _select(ls: GpuemuServer, params: dict[str, Any]) -> list[tuple[WorkspaceSession, list[str], list[str]]]:
     """Which (workspace, ops, kernels) a run request names; everything when it names nothing."""
-    wanted = params.get("ids") or params.get("ops")
+    wanted = params.get("ids", params.get("ops"))
     roots = [Path(params["workspace"]).resolve()] if params.get("workspace") else list(ls.sessions)
     out = []
     for root in roots:
@@ -764,7 +834,7 @@ def _select(ls: GpuemuServer, params: dict[str, Any]) -> list[tuple[WorkspaceSes
             continue
         ops = [o.name for o in s.config.ops]
         kernels = [k.name for k in s.config.kernels]
-        if wanted:
+        if wanted is not None:  # an empty list names nothing (absent: everything)
             names = {w.split(":", 1)[-1] for w in wanted if not w.startswith("kernel:")}
             knames = {w.split(":", 1)[-1] for w in wanted if w.startswith("kernel:")} | (names & set(kernels))
             ops = [o for o in ops if o in names]
@@ -808,8 +878,7 @@ async def _run_ops(ls: GpuemuServer, params: dict[str, Any]) -> dict[str, Any]:
 
 def _command_handler(name: str) -> Any:
     async def handler(ls: GpuemuServer, *args: Any) -> Any:
-        params = _as_dict(args[0] if len(args) == 1 else list(args))
-        return await _command(ls, name, params)
+        return await _command(ls, name, _command_params(name, args))
 
     handler.__name__ = name.replace(".", "_")
     return handler
@@ -818,7 +887,7 @@ def _command_handler(name: str) -> Any:
 async def _command(ls: GpuemuServer, name: str, params: dict[str, Any]) -> Any:
     if name in (RUN_OP, RUN_ALL, RUN_QUICK, RUN_THOROUGH):
         mode = {RUN_QUICK: "quick", RUN_THOROUGH: "thorough"}.get(name, params.get("mode"))
-        sel = {"workspace": params.get("workspace"), "ids": [params["op"]] if params.get("op") else None, "mode": mode}
+        sel = {"workspace": params.get("workspace"), "ids": [params["op"]] if "op" in params else None, "mode": mode}
         return await _run_ops(ls, sel)
     if not ls.options.trusted:
         ls.message("gpuemu: this workspace is not trusted, so its code does not run", lsp.MessageType.Warning)
@@ -828,31 +897,109 @@ async def _command(ls: GpuemuServer, name: str, params: dict[str, Any]) -> Any:
     if s is None or s.config is None:
         ls.message(f"gpuemu: no usable gpuemu.toml in {root}", lsp.MessageType.Error)
         return {"error": "no workspace"}
-    op_name = params.get("op")
-    if not isinstance(op_name, str) or op_name not in {o.name for o in s.config.ops}:
+    op_name = params["op"]
+    if op_name not in {o.name for o in s.config.ops}:
         return {"error": f"no op {op_name!r} in {s.config_path}"}
     try:
         if name == REPRODUCE:
-            return await _reproduce(ls, s, op_name, _int_arg(params, "seed"))
+            return await _reproduce(ls, s, op_name, params["seed"])
         if name == MINIMIZE:
-            return await _minimize(ls, s, op_name, _int_arg(params, "seed"))
+            return await _minimize(ls, s, op_name, params["seed"])
         if name == CALIBRATE:
-            return await _calibrate(ls, s, op_name, _int_arg(params, "iterations", 100))
-    except Exception as exc:  # a bad argument, or the engine call failed: an answer, never a server error
+            return await _calibrate(ls, s, op_name, params.get("iterations", 100))
+    except Exception as exc:  # the engine call failed: an answer, never a server error
         what = f"{name.removeprefix('gpuemu.')} {op_name}"
         ls.message(f"gpuemu: {what}: {exc}", lsp.MessageType.Warning)
         return {"error": str(exc)}
     return None
 
 
-def _int_arg(params: dict[str, Any], key: str, default: int | None = None) -> int:
-    value = params.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise ValueError(f"{key} must be an integer, got {value!r}")
-    number = int(value)
-    if not 0 <= number <= MAX_SEED:
-        raise ValueError(f"{key} must be in 0..{MAX_SEED}, got {number}")
-    return number
+# --- request and command parameters: checked before anything runs ------------------------------------
+def _integer(value: Any, low: int, high: int) -> int | None:
+    """``value`` as an integer in low..high (JSON numbers, integral floats from Lua, digit strings), else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    elif isinstance(value, str) and value.strip().isdigit():
+        value = int(value.strip())
+    return value if isinstance(value, int) and low <= value <= high else None
+
+
+def _param(what: str, key: str, value: Any) -> Any:
+    """One checked parameter, normalized; InvalidParams naming ``what`` and ``key`` when it is not usable."""
+    if key in ("workspace", "op"):
+        if isinstance(value, str) and value:
+            return value
+        raise JsonRpcInvalidParams(f"{what}: {key} must be a non-empty string, got {value!r}")
+    if key in ("ids", "ops"):
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            return value
+        raise JsonRpcInvalidParams(f"{what}: {key} must be a list of strings, got {value!r}")
+    if key == "mode":
+        if value in MODES:
+            return value
+        raise JsonRpcInvalidParams(f"{what}: mode must be one of {', '.join(MODES)}, got {value!r}")
+    if key == "iterations":
+        number = _integer(value, 1, MAX_ITERATIONS)
+        if number is not None and not isinstance(value, str):
+            return number
+        raise JsonRpcInvalidParams(f"{what}: iterations must be an integer in 1..{MAX_ITERATIONS}, got {value!r}")
+    if key == "seed":
+        number = _integer(value, 0, MAX_SEED)
+        if number is not None:
+            return number
+        raise JsonRpcInvalidParams(f"{what}: seed must be an integer in 0..{MAX_SEED}, got {value!r}")
+    raise JsonRpcInvalidParams(f"{what}: unknown parameter {key!r}")
+
+
+#: Keys any LSP client may add to a request's params (progress tokens): accepted, unused.
+_PROGRESS_KEYS = ("workDoneToken", "partialResultToken")
+
+
+def _checked(what: str, raw: Any, keys: Sequence[str], required: Sequence[str] = ()) -> dict[str, Any]:
+    """An object of parameters checked key by key (null or absent keys are left out); anything else, an
+    unknown key included, is InvalidParams: a request this server misreads must not run something."""
+    plain = _plain(raw)
+    if plain is None:
+        plain = {}
+    shape = ", ".join(f"{k}{'' if k in required else '?'}" for k in keys)
+    if not isinstance(plain, dict):
+        raise JsonRpcInvalidParams(f"{what} takes an object {{{shape}}}, got {type(plain).__name__}")
+    unknown = [k for k in plain if k not in keys and k not in _PROGRESS_KEYS]
+    if unknown:
+        raise JsonRpcInvalidParams(f"{what} takes an object {{{shape}}}; unknown: {', '.join(map(repr, unknown))}")
+    out = {k: _param(what, k, v) for k, v in plain.items() if k in keys and v is not None}
+    missing = [k for k in required if k not in out]
+    if missing:
+        raise JsonRpcInvalidParams(f"{what}: {', '.join(missing)} required")
+    return out
+
+
+RUN_KEYS = ("workspace", "ids", "ops", "mode", "iterations")
+COMMAND_KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {  # command -> (keys, required keys)
+    RUN_OP: (("workspace", "op", "mode"), ("op",)),
+    RUN_ALL: (("workspace", "op", "mode"), ()),
+    RUN_QUICK: (("workspace", "op"), ()),
+    RUN_THOROUGH: (("workspace", "op"), ()),
+    REPRODUCE: (("workspace", "op", "seed"), ("op", "seed")),
+    MINIMIZE: (("workspace", "op", "seed"), ("op", "seed")),
+    CALIBRATE: (("workspace", "op", "iterations"), ("op",)),
+}
+
+
+def _run_params(params: Any) -> dict[str, Any]:
+    """``gpuemu/runOps`` parameters: an object or nothing; ``[]``, a bad mode or a bad count is InvalidParams
+    (never "run everything")."""
+    return _checked(RUN_OPS, params, RUN_KEYS)
+
+
+def _command_params(name: str, args: Sequence[Any]) -> dict[str, Any]:
+    """A command's one argument object (none at all: ``{}``), checked like a request's parameters."""
+    if len(args) > 1:
+        raise JsonRpcInvalidParams(f"{name} takes one argument object, got {len(args)} arguments")
+    keys, required = COMMAND_KEYS[name]
+    return _checked(name, args[0] if args else None, keys, required)
 
 
 async def _with_progress(ls: GpuemuServer, s: WorkspaceSession, title: str, fn: Any) -> Any:
@@ -1001,6 +1148,64 @@ async def _calibrate(ls: GpuemuServer, s: WorkspaceSession, op_name: str, iterat
     return {**proposed, "applied": bool(getattr(applied, "applied", False))}
 
 
+#: How long ``exit`` lets cancelled jobs record that they stopped before the process ends.
+EXIT_GRACE_S = 0.4
+
+
+def terminate(ls: GpuemuServer, code: int) -> None:
+    """End the process now, whatever runs (``exit``, or the client gone): cancel every job, kill every
+    process this server started (the zygote, its workers, fresh-interpreter workers, what ops started),
+    give the jobs a moment to record that they stopped, and leave with ``os._exit``, because a job thread
+    deep in an engine call (planning a million cases, a store write waiting on a lock) would otherwise keep
+    the interpreter alive long after the client left."""
+    try:
+        ls.jobs.cancel_all()
+        _kill_descendants()
+        ls.jobs.shutdown(wait=EXIT_GRACE_S)
+        _kill_descendants()  # anything started in the meantime
+    except BaseException:  # nothing may stop the exit
+        log.exception("while exiting")
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # a closed pipe: nothing left to flush into
+                pass
+        logging.shutdown()
+        os._exit(code)
+
+
+def _kill_descendants() -> None:
+    """SIGKILL every live descendant of this process, found through /proc (children and their children,
+    collected before any is killed, since a killed parent's children move to another parent)."""
+    children: dict[int, list[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:  # no /proc: the zygote still ends when its control socket closes with this process
+        return
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                raw = fh.read().decode("ascii", "replace")
+        except OSError:
+            continue
+        fields = raw[raw.rfind(")") + 2 :].split()
+        if len(fields) > 1 and fields[0] not in ("Z", "X"):
+            children.setdefault(int(fields[1]), []).append(int(entry))
+    tree: list[int] = []
+    frontier = [os.getpid()]
+    while frontier:
+        frontier = [c for p in frontier for c in children.get(p, [])]
+        tree += frontier
+    for pid in tree:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
 def serve_main(argv: Sequence[str]) -> int:
     """``gpuemu-ls [--stdio] [--tcp HOST:PORT] [--log-file FILE] [-v]``."""
     import argparse
@@ -1024,6 +1229,7 @@ def serve_main(argv: Sequence[str]) -> int:
         server.start_tcp(host or "127.0.0.1", int(port))
     else:
         server.start_io()
+    terminate(server, 0)  # the client is gone without `exit`: the same end, no thread may hold it up
     return 0
 
 

@@ -297,7 +297,8 @@ class Client:
         """Run ``iterations`` cases of ``op`` through ``run_op(inputs, **kwargs)`` in this process.
 
         The cases are those of ``gpuemu fuzz`` with the same flags (seed, dtypes, layouts, value
-        distributions): ``iterations`` defaults to ``[ci] fuzz_iterations``, ``seed`` to ``[validation]
+        distributions): ``iterations`` defaults to ``[ci] fuzz_iterations`` and is at most
+        ``MAX_ITERATIONS`` (1,000,000, as everywhere; UsageError otherwise), ``seed`` defaults to ``[validation]
         seed``. Without ``run_op``, the op's ``module`` (or ``op_script``) runs in process. Returns a
         :class:`FuzzResult` (``passed``/``total`` counts, ``failures``, ``ok``); records one run of mode
         ``fuzz``.

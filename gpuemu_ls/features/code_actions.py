@@ -30,7 +30,9 @@ def code_actions(session: WorkspaceSession, diagnostics: list[lsp.Diagnostic], t
     for d in diagnostics:
         data: dict[str, Any] = d.data if isinstance(d.data, dict) else {}
         op_name, seed = data.get("op"), data.get("seed")
-        if d.source != "gpuemu" or not op_name or (op_name, seed) in seen:
+        if isinstance(seed, bool) or not (seed is None or isinstance(seed, int)):
+            continue  # data the client made up or mangled: not one of ours
+        if d.source != "gpuemu" or not op_name or not isinstance(op_name, str) or (op_name, seed) in seen:
             continue
         seen.add((op_name, seed))
         args = [{"workspace": str(session.root), "op": op_name, "seed": seed}]

@@ -17,6 +17,7 @@ from concurrent.futures import wait as futures_wait
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..engine.cases.plan import PlanCancelled
 from ..engine.errors import GpuemuError
 from ..engine.run.validate import RunOptions, RunResult, plan_op, run_validation
 from ..engine.store.db import Store
@@ -116,7 +117,10 @@ class JobRunner:
         if cfg is None:
             return None
         op = cfg.op(job.name)
-        specs = plan_op(cfg, op, job.mode, job.iterations, None)
+        try:  # planning a big run takes a while: a superseded run or an exiting server stops it at once
+            specs = plan_op(cfg, op, job.mode, job.iterations, None, cancel=job.cancel)
+        except PlanCancelled:
+            return None
         job.total = len(specs)
 
         def on_case(_op: str, case: Any, i: int, n: int) -> None:

@@ -192,6 +192,15 @@ MALFORMED = [
     b' "arguments": [{"op": "double"}]}}',
     b'{"jsonrpc": "2.0", "method": "textDocument/didSave", "params": {"textDocument": {"uri": "untitled:x"}}}',
     b'{"jsonrpc": "2.0", "id": 82, "method": "gpuemu/discoverOps", "params": {"pad": "' + b"x" * 300_000 + b'"}}',
+    b'{"jsonrpc": "2.0", "id": 83, "method": "textDocument/hover", "params": {}}',
+    b'{"jsonrpc": "2.0", "id": 84, "method": "textDocument/hover", "params": {"textDocument": {"uri": "not a uri"},'
+    b' "position": {"line": 0, "character": 0}}}',
+    b'{"jsonrpc": "2.0", "id": 85, "method": "textDocument/codeAction", "params": {"textDocument": {"uri":'
+    b' "file:///x.py"}, "range": null, "context": {"diagnostics": []}}}',
+    b'{"jsonrpc": "2.0", "id": 86, "method": "gpuemu/runOps", "params": []}',
+    b'{"jsonrpc": "2.0", "id": 87, "method": "gpuemu/runOps", "params": {"mode": "bogus", "iterations": 10000000}}',
+    b'{"jsonrpc": "2.0", "id": 88, "method": "initialize", "params": {"capabilities": {},'
+    b' "initializationOptions": {"trusted": false, "hover": false}}}',
 ]
 
 actions = st.one_of(
@@ -413,3 +422,201 @@ def test_malformed_json_rpc_never_kills_the_server(harness: Harness, steps: list
         harness.run(act(harness, step))
         harness.steps += 1
     harness.run(still_answers(harness))
+
+
+# --- params of the wrong shape, for every request the server handles -------------------------------------
+INVALID_PARAMS, INVALID_REQUEST, INTERNAL_ERROR = -32602, -32600, -32603
+#: Shapes no request of this server takes (each is sent to every request, and to every command as its
+#: argument list): not an object, an empty or half object, a document that is no document, a URI that is
+#: no URI, null where an object must be, negative positions.
+POS = {"line": 0, "character": 0}
+RNG = {"start": POS, "end": POS}
+WRONG_SHAPES: list[Any] = [
+    [],
+    [1, 2],
+    5,
+    "text",
+    True,
+    {},
+    {"textDocument": 5, "position": POS},
+    {"textDocument": {"uri": "not a uri"}, "position": POS, "range": RNG, "context": {"diagnostics": []}},
+    {"textDocument": {"uri": None}, "position": POS},
+    {"textDocument": {"uri": "{toml}"}, "position": {"line": -5, "character": -1}},
+    {"textDocument": {"uri": "{toml}"}, "range": None, "context": {"diagnostics": []}},
+    {"textDocument": {"uri": "{toml}"}, "range": RNG, "context": None},
+    {"textDocument": {"uri": "{toml}"}, "range": RNG, "context": {"diagnostics": [{"range": None}]}},
+    {"textDocument": {"uri": "{toml}"}, "position": "0:0"},
+]
+#: Shapes of a known request's own keys that are wrong (runOps, discoverOps, executeCommand).
+OWN_WRONG: dict[str, list[Any]] = {
+    "gpuemu/runOps": [
+        {"mode": "bogus"},
+        {"mode": 3},
+        {"iterations": 10**7},
+        {"iterations": 0},
+        {"iterations": -1},
+        {"iterations": "many"},
+        {"iterations": 2.5},
+        {"ids": "op:double"},
+        {"ids": [1, 2]},
+        {"ops": {"double": True}},
+        {"workspace": 5},
+        {"workspace": ""},
+    ],
+    "workspace/executeCommand": [
+        {"command": 5},
+        {"command": "gpuemu.nothing", "arguments": []},
+        {"command": "gpuemu.runOp", "arguments": 5},
+        {"arguments": [{}]},
+    ],
+}
+#: Argument lists of the wrong shape for each command (and WRONG_SHAPES as the one argument).
+COMMAND_WRONG: list[list[Any]] = [
+    [{}, {}],
+    [{"op": 5}],
+    [{"op": ""}],
+    [{"op": "double", "seed": "x"}],
+    [{"op": "double", "seed": -1}],
+    [{"op": "double", "seed": 2**60}],
+    [{"op": "double", "seed": True}],
+    [{"op": "double", "mode": "bogus"}],
+    [{"op": "double", "iterations": 0}],
+    [{"op": "double", "iterations": 10**7}],
+    [{"op": ["double"], "seed": 1}],
+    [{"workspace": 7, "op": "double", "seed": 1}],
+]
+#: Requests a wrong shape must get InvalidParams for, whatever else (the cases the outside pass found).
+MUST_BE_INVALID_PARAMS = [
+    ("textDocument/hover", {}),
+    ("textDocument/hover", {"textDocument": {"uri": "not a uri"}, "position": POS}),
+    ("textDocument/codeAction", {"textDocument": {"uri": "{toml}"}, "range": None, "context": {"diagnostics": []}}),
+    ("gpuemu/runOps", []),
+    ("gpuemu/runOps", {"mode": "bogus"}),
+    ("gpuemu/runOps", {"iterations": 10**7}),
+    ("workspace/executeCommand", {"command": "gpuemu.runOp", "arguments": [5]}),
+    ("workspace/executeCommand", {"command": "gpuemu.runAll", "arguments": [[]]}),
+]
+
+
+def handled_requests() -> tuple[set[str], set[str]]:
+    """The requests and commands the server handles, read from the server itself (every feature it can
+    register, pygls' built-in ones included), so a request added later is covered or this test fails."""
+    from gpuemu_ls.server import _register_optional_features, create_server
+
+    server = create_server()
+    _register_optional_features(server)  # default options: every optional feature
+    fm = server.protocol.fm
+    requests = set()
+    for method in {*fm.features, *fm.builtin_features}:
+        types = lsp.METHOD_TO_TYPES.get(method)
+        if (types is None and method.startswith("gpuemu/")) or (types is not None and types[1] is not None):
+            requests.add(method)
+    return requests, set(fm.commands)
+
+
+class RawRequests:
+    """Requests written as raw JSON-RPC (so any params at all can be sent), their answers read back."""
+
+    def __init__(self, client: Any, toml_uri: str) -> None:
+        self.client = client
+        self.toml_uri = toml_uri
+        self.n = 0
+        self.sent: list[tuple[str, Any]] = []
+
+    def fill(self, value: Any) -> Any:
+        return json.loads(json.dumps(value).replace('"{toml}"', json.dumps(self.toml_uri)))
+
+    async def send(self, method: str, params: Any, timeout: float = 30.0) -> tuple[str, Any]:
+        """("result", value) or ("error", code); an AssertionError when no answer comes."""
+        from concurrent.futures import Future
+
+        from pygls.exceptions import JsonRpcException
+
+        self.n += 1
+        msg_id = f"shape-{self.n}"
+        future: Future[Any] = Future()
+        self.client.protocol._request_futures[msg_id] = future
+        body = json.dumps({"jsonrpc": "2.0", "id": msg_id, "method": method, "params": self.fill(params)}).encode()
+        self.client.protocol.writer.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        self.sent.append((method, params))
+        try:
+            return "result", await asyncio.wait_for(asyncio.wrap_future(future), timeout)
+        except JsonRpcException as exc:
+            return "error", exc.code
+        except (asyncio.TimeoutError, TimeoutError):
+            raise AssertionError(f"{method} with params {params!r} was never answered") from None
+
+
+@pytest.mark.asyncio
+async def test_every_request_answers_params_of_the_wrong_shape(tmp_path: Path) -> None:
+    """Every request the server handles (LSP features, pygls built-ins, gpuemu/*, every executeCommand
+    command), sent params of many wrong shapes, gets a response: a result or InvalidParams, never silence and
+    never an internal error; nothing runs, and the server stays alive. A second ``initialize`` is refused;
+    after ``shutdown`` every request is answered with an error, and ``exit`` still ends the process."""
+    root = fuzz_ws(tmp_path / "ws")
+    tag = relkit.new_tag()
+    client = await relkit.start_server(root, env=relkit.child_env({relkit.TAG_VAR: tag}))
+    relkit.record("server", started=1)
+    raw = RawRequests(client, (root / "gpuemu.toml").resolve().as_uri())
+    requests, commands = handled_requests()
+    assert {"textDocument/hover", "gpuemu/runOps", "workspace/executeCommand", "shutdown"} <= requests, requests
+    answers: dict[str, int] = {"result": 0, "error": 0}
+    try:
+        for method in sorted(requests - {"shutdown"}):
+            for params in WRONG_SHAPES + OWN_WRONG.get(method, []):
+                if params == {} and method.startswith("gpuemu/"):
+                    continue  # no parameters at all: a valid discoverOps, a valid "run everything"
+                kind, value = await raw.send(method, params)
+                answers[kind] += 1
+                if kind == "error":
+                    allowed = (INVALID_PARAMS, INVALID_REQUEST) if method == "initialize" else (INVALID_PARAMS,)
+                    assert value in allowed, f"{method} {params!r}: error {value}, not InvalidParams"
+                else:
+                    assert method not in ("gpuemu/runOps", "initialize"), f"{method} {params!r} was accepted"
+        for command in sorted(commands):
+            for args in [[shape] for shape in WRONG_SHAPES if shape != {}] + COMMAND_WRONG:
+                kind, value = await raw.send(lsp.WORKSPACE_EXECUTE_COMMAND, {"command": command, "arguments": args})
+                answers[kind] += 1
+                assert (kind, value) == ("error", INVALID_PARAMS), f"{command} {args!r}: {kind} {value}"
+        for method, params in MUST_BE_INVALID_PARAMS:
+            assert await raw.send(method, params) == ("error", INVALID_PARAMS), (method, params)
+        # a second initialize, even a well-formed one, is refused
+        again = {"capabilities": {}, "initializationOptions": {"trusted": True}, "rootUri": raw.toml_uri}
+        assert await raw.send("initialize", again) == ("error", INVALID_REQUEST)
+        # requests without "jsonrpc", or of another version, are answered too
+        for body in (
+            {"id": "v1", "method": "textDocument/hover", "params": {}},
+            {"jsonrpc": "1.0", "id": "v2", "method": "gpuemu/discoverOps", "params": {}},
+        ):
+            from concurrent.futures import Future
+
+            future: Future[Any] = Future()
+            client.protocol._request_futures[body["id"]] = future
+            data = json.dumps(body).encode()
+            client.protocol.writer.write(b"Content-Length: %d\r\n\r\n" % len(data) + data)
+            with pytest.raises(Exception) as err:
+                await asyncio.wait_for(asyncio.wrap_future(future), 30)
+            assert getattr(err.value, "code", None) == INVALID_REQUEST, err.value
+        assert await relkit.answers(client, root)
+        assert relkit.alive(client.server_pid)
+        assert relkit.worker_pids(client.server_pid) == [], "a request of the wrong shape started a run"
+        assert not relkit.db_path(root).exists(), "a request of the wrong shape ran an op"
+        # shutdown with params of a wrong shape: answered; afterwards every request gets an error; exit ends it
+        kind, _ = await raw.send("shutdown", [1, 2])
+        assert kind in ("result", "error")
+        if kind == "error":
+            assert await raw.send("shutdown", None) == ("result", None)
+        hover = {"textDocument": {"uri": "{toml}"}, "position": POS}
+        for method, params in (("textDocument/hover", hover), ("gpuemu/discoverOps", {}), ("gpuemu/runOps", {})):
+            assert await raw.send(method, params) == ("error", INVALID_REQUEST), method
+        client.exit(None)
+        await asyncio.wait_for(client._server.wait(), 10)
+        code = client._server.returncode
+    finally:
+        await relkit.force_close(client)
+    total = sum(answers.values())
+    relkit.record("fuzz", steps=total + len(MUST_BE_INVALID_PARAMS) + 6, examples=1)
+    relkit.record("server", unexpected_exits=int(code != 0))
+    assert code == 0
+    assert relkit.wait_gone(relkit.tagged(tag), 10) == []
+    assert answers["error"] > 0 and total >= 100, answers

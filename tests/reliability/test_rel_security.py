@@ -129,8 +129,20 @@ async def test_untrusted_workspace_runs_no_code_in_the_server(tmp_path: Path) ->
         assert marks(root) == [], "workspace code ran in an untrusted workspace"
         assert relkit.worker_pids(client.server_pid) == [] and relkit.zygote_pids(client.server_pid) == []
         assert not relkit.db_path(root).exists(), "an untrusted workspace got a store written into it"
-        # now trusted: the same request runs the code (so the marker works) ...
+        # trust cannot be raised after initialize (test_trust_is_only_ever_lowered_after_initialize tries more)
         client.workspace_did_change_configuration(lsp.DidChangeConfigurationParams({"gpuemu": {"trusted": True}}))
+        got = await relkit.request(client, "gpuemu/runOps", {"ids": ["op:scripted"]})
+        assert "not trusted" in got.get("error", ""), got
+        assert marks(root) == []
+        code = await relkit.stop_server(client)
+    finally:
+        await relkit.force_close(client)
+    relkit.record("server", unexpected_exits=int(code != 0))
+    assert code == 0
+    # trusted from the start: the same request runs the code (so the marker works) ...
+    client = await relkit.start_server(root, {**opts, "trusted": True})
+    relkit.record("server", started=1)
+    try:
         got = await relkit.request(client, "gpuemu/runOps", {"ids": ["op:scripted"]})
         assert [r["status"] for r in got["results"]] == ["passed"], got
         assert marks(root) == ["MARK-imported", "MARK-ref-ran"]
@@ -146,6 +158,208 @@ async def test_untrusted_workspace_runs_no_code_in_the_server(tmp_path: Path) ->
         await relkit.force_close(client)
     relkit.record("server", unexpected_exits=int(code != 0))
     assert code == 0
+
+
+async def _start_with_settings(root: Path, init: dict[str, Any], settings: Any) -> Any:
+    """A server started with ``init`` as initializationOptions by a client that answers
+    ``workspace/configuration`` (section gpuemu) with ``settings``, as Neovim with neoconf would from a
+    project-local file."""
+    import asyncio
+
+    client = relkit.make_client()
+    client.set_configuration(settings, section="gpuemu")
+    await client.start_io(*relkit.SERVER_CMD, env=relkit.child_env(), cwd=str(root))
+    client.server_pid = client._server.pid
+    caps = relkit.CAPS
+    caps = lsp.ClientCapabilities(
+        window=caps.window,
+        text_document=caps.text_document,
+        workspace=lsp.WorkspaceClientCapabilities(workspace_folders=True, configuration=True),
+    )
+    uri = root.resolve().as_uri()
+    client.init_result = await asyncio.wait_for(
+        client.initialize_session(
+            lsp.InitializeParams(
+                capabilities=caps,
+                root_uri=uri,
+                workspace_folders=[lsp.WorkspaceFolder(uri=uri, name=root.name)],
+                initialization_options=init,
+            )
+        ),
+        relkit.LONG,
+    )
+    return client
+
+
+async def _still_untrusted(client: Any, root: Path, how: str, *, zygote: bool = False) -> None:
+    got = await relkit.request(client, "gpuemu/runOps", {"ids": ["op:scripted"]})
+    assert "not trusted" in got.get("error", ""), (how, got)
+    found = await relkit.request(client, "gpuemu/discoverOps", {})
+    assert [w["trusted"] for w in found["workspaces"]] == [False], (how, found)
+    res = await relkit.execute(client, "gpuemu.reproduce", {"op": "double", "seed": 0})
+    assert "trust" in str(res.get("error", "")), (how, res)
+    assert marks(root) == [], f"workspace code ran after trust was raised by {how}"
+    assert zygote or relkit.zygote_pids(client.server_pid) == [], f"a zygote started after {how}"
+
+
+@pytest.mark.asyncio
+async def test_trust_is_only_ever_lowered_after_initialize(tmp_path: Path) -> None:
+    """``initialize(trusted=false)``: nothing after it raises trust: not a second ``initialize`` (refused, and
+    its options, capabilities and folders changed nothing), not a ``workspace/configuration`` answer, not
+    ``didChangeConfiguration`` in any form (nested, top level, string, pulled). Each attempt is reported, and
+    ``trusted: false`` still lowers trust in a trusted server, for good."""
+    import asyncio
+
+    from pygls.exceptions import JsonRpcException
+
+    root = loud_ws(tmp_path / "ws")
+    init = {**relkit.QUIET, "trusted": False}
+    # 1. the client's configuration answer says trusted (a project-local settings file)
+    client = await _start_with_settings(root, init, {"trusted": True, "mode": "thorough"})
+    relkit.record("server", started=1)
+    try:
+        await relkit.wait_for(
+            lambda: any("trust" in m.message for m in client.messages), 30, "a message about trust", client
+        )
+        await _still_untrusted(client, root, "a workspace/configuration answer")
+        relkit.record("security", cases=1)
+        # 2. a second initialize asking for trust (and other options, capabilities and folders)
+        other = tmp_path / "other"
+        relkit.good_ws(other)
+        again = lsp.InitializeParams(
+            capabilities=lsp.ClientCapabilities(),
+            root_uri=other.resolve().as_uri(),
+            workspace_folders=[lsp.WorkspaceFolder(uri=other.resolve().as_uri(), name="other")],
+            initialization_options={"trusted": True, "hover": False, "mode": "thorough"},
+        )
+        with pytest.raises(JsonRpcException) as refused:
+            await asyncio.wait_for(client.initialize_async(again), 30)
+        assert refused.value.code == -32600 and "already" in str(refused.value), refused.value
+        await _still_untrusted(client, root, "a second initialize")
+        found = await relkit.request(client, "gpuemu/discoverOps", {})
+        assert [w["root"] for w in found["workspaces"]] == [str(root.resolve())], "the second initialize added"
+        hover = await client.text_document_hover_async(
+            lsp.HoverParams(lsp.TextDocumentIdentifier((root / "gpuemu.toml").resolve().as_uri()), lsp.Position(9, 0))
+        )
+        assert hover is not None, "the refused initialize's hover: false took effect"
+        relkit.record("security", cases=1)
+        # 3. didChangeConfiguration, in every form a client may send it
+        for settings in (
+            {"gpuemu": {"trusted": True}},
+            {"gpuemu": {"trusted": True, "onSave": True}},
+            {"gpuemu": {"trusted": "true"}},
+            {"gpuemu": {"trusted": 1}},
+            None,  # no settings: the server pulls workspace/configuration, whose answer says trusted
+        ):
+            client.workspace_did_change_configuration(lsp.DidChangeConfigurationParams(settings))
+            await _still_untrusted(client, root, f"didChangeConfiguration {settings!r}")
+            relkit.record("security", cases=1)
+        raised = [m.message for m in client.messages if "trust can only be lowered" in m.message]
+        assert len(raised) >= 4, [m.message for m in client.messages]
+        code = await relkit.stop_server(client)
+    finally:
+        await relkit.force_close(client)
+    relkit.record("server", unexpected_exits=int(code != 0))
+    assert code == 0
+    # 4. trusted at start: lowering works at once and for good; raising again is refused
+    client = await _start_with_settings(root, {**relkit.QUIET, "trusted": True}, {})
+    relkit.record("server", started=1)
+    try:
+        client.workspace_did_change_configuration(lsp.DidChangeConfigurationParams({"gpuemu": {"trusted": False}}))
+        found = await relkit.request(client, "gpuemu/discoverOps", {})
+        assert [w["trusted"] for w in found["workspaces"]] == [False]
+        client.workspace_did_change_configuration(lsp.DidChangeConfigurationParams({"gpuemu": {"trusted": True}}))
+        await _still_untrusted(client, root, "raising trust again after lowering it", zygote=True)
+        relkit.record("security", cases=2)
+        code = await relkit.stop_server(client)
+    finally:
+        await relkit.force_close(client)
+    relkit.record("server", unexpected_exits=int(code != 0))
+    assert code == 0
+
+
+#: Text an op, a reference or any process writing the store controls, as markdown that would act if rendered:
+#: command links (one with a gpuemu-looking name), remote images, raw HTML, autolinks, reference links, table
+#: and heading breakers, backticks that close the server's code spans, and newlines.
+HOSTILE = (
+    "[run me](command:workbench.action.terminal.new) [also](command:gpuemu.reproduce?%5B%5D)"
+    " ![px](https://evil.example/p.png) <img src=https://evil.example/q.png> <https://evil.example/r>"
+    " [ref][x] | col | ` `` **bold** ~~s~~ &lt;script&gt;\n# heading\n\n[x]: command:evil.ref"
+)
+HOSTILE_PY = "def evil(x):\n    raise ValueError(" + repr(HOSTILE) + ")\n\n\ndef reference(x):\n    return x * 2.0\n"
+_CODE_SPAN = re.compile(r"(`+)[\s\S]*?(?<!`)\1(?!`)")
+
+
+def live_markup(markdown: str) -> str:
+    """What of ``markdown`` a renderer would read as syntax: code spans and fences dropped (verbatim), and every
+    backslash-escaped character dropped (literal)."""
+    return re.sub(r"\\.", "", _CODE_SPAN.sub("", markdown))
+
+
+def literal_text(markdown: str) -> str:
+    return " ".join(re.sub(r"\\(.)", r"\1", markdown).split())
+
+
+@pytest.mark.asyncio
+async def test_hover_shows_stored_text_as_text_never_as_markup(tmp_path: Path) -> None:
+    """An op's exception text and a kernel's lint text (written to the store by the CLI and by another
+    process) reach the hover of an untrusted workspace as literal text: no link, command link, image, HTML
+    or autolink of theirs is live, the table and the code spans stay intact, and the words are all there."""
+    root = relkit.write_ws(
+        tmp_path / "ws",
+        relkit.HEADER.format(name="md", validation="", quick=2)
+        + relkit.op_block("evil", 'module = "hostile:evil"\nreference = "hostile:reference"')
+        + '\n[[kernels]]\nname = "k"\nsource = "k.cu"\n',
+        {"hostile.py": HOSTILE_PY, "k.cu": "__global__ void k(float *x) { x[0] = 1; }\n"},
+    )
+    proc = relkit.run_cli(root, "test", "--quick", "--op", "evil", "--no-progress")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    from gpuemu_ls.engine.store.db import Store
+
+    store = Store(relkit.db_path(root))
+    try:
+        run = store.begin_run(
+            source="api", mode="lint", seed=None, iterations=None, workspace=root, config_hash="", command=""
+        )
+        detail = {
+            "summary": HOSTILE,
+            "resources": {"registers": HOSTILE, "spills": 0},
+            "findings": [{"severity": HOSTILE, "code": "x`y` ``z", "message": HOSTILE}],
+        }
+        store.add_op_result(run, "k", "kernel", "failed", message=HOSTILE, diagnosis=HOSTILE, detail=detail)
+        store.finish_run(run, "failed")
+    finally:
+        store.close()
+    client = await relkit.start_server(root, {**relkit.QUIET, "trusted": False})
+    relkit.record("server", started=1)
+    toml = root / "gpuemu.toml"
+    try:
+        hovers = {}
+        for what, needle in (("op", 'name = "evil"'), ("kernel", 'name = "k"')):
+            got = await client.text_document_hover_async(
+                lsp.HoverParams(
+                    lsp.TextDocumentIdentifier(toml.resolve().as_uri()), lsp.Position(relkit.line_of(toml, needle), 0)
+                )
+            )
+            assert got is not None and got.contents.kind == lsp.MarkupKind.Markdown, what
+            hovers[what] = got.contents.value
+        code = await relkit.stop_server(client)
+    finally:
+        await relkit.force_close(client)
+    relkit.record("server", unexpected_exits=int(code != 0))
+    assert code == 0
+    for what, text in hovers.items():
+        live = live_markup(text)
+        for syntax in ("](", "![", "]:", "\n#", "~~", "&lt;", "**b"):
+            assert syntax not in live, f"{what} hover: {syntax!r} is live markup in\n{text}"
+        assert not re.search(r"<[A-Za-z/!?]", live), f"{what} hover: a live tag or autolink in\n{text}"
+        words = literal_text(text)
+        for piece in ("command:workbench.action.terminal.new", "https://evil.example/p.png", "<img src=", "| col |"):
+            assert piece in words, f"{what} hover lost {piece!r}:\n{text}"
+        relkit.record("security", cases=1)
+    # the kernel's table keeps its two columns: a stored "|" does not add cells
+    rows = [line for line in hovers["kernel"].splitlines() if line.startswith("| registers")]
+    assert len(rows) == 1 and len(re.findall(r"(?<!\\)\|", rows[0])) == 3, rows
 
 
 def test_cli_runs_workspace_code_only_when_asked(tmp_path: Path) -> None:

@@ -6,6 +6,8 @@ Each test replays one such sequence against a real server and states what a user
 from __future__ import annotations
 
 import asyncio
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -93,3 +95,133 @@ async def test_cancelled_run_request_is_answered_and_stops_its_workers(tmp_path:
     relkit.record("server", unexpected_exits=int(code != 0))
     assert code == 0
     assert relkit.wait_gone(relkit.tagged(tag), 15) == []
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process, from /proc (what it spends planning shows here)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _slow_ws(root: Path) -> Path:
+    return relkit.write_ws(
+        root,
+        relkit.HEADER.format(name="big", validation="timeout = 60\n", quick=3)
+        + relkit.op_block("double", 'module = "kern:double"\nreference = "kern:reference"')
+        + relkit.op_block("slow", 'module = "kern:slow"\nreference = "kern:reference"'),
+        {"kern.py": relkit.GOOD_PY + "\n\ndef slow(x):\n    import time\n    time.sleep(60)\n    return x * 2\n"},
+    )
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("how", ["shutdown+exit", "exit"])
+async def test_exit_ends_the_server_within_a_second_whatever_runs(tmp_path: Path, how: str) -> None:
+    """A run of the largest allowed size (MAX_ITERATIONS cases: minutes of planning) and a case stuck in its
+    worker: ``shutdown`` is answered promptly, ``exit`` ends the server, its zygote and its workers within a
+    second (status 0 after shutdown, 1 without)."""
+    from gpuemu_ls.engine.config.load import MAX_ITERATIONS
+
+    root = _slow_ws(tmp_path / "ws")
+    tag = relkit.new_tag()
+    client = await relkit.start_server(root, env=relkit.child_env({relkit.TAG_VAR: tag}))
+    relkit.record("server", started=1)
+    try:
+        big = {"ids": ["op:double"], "mode": "thorough", "iterations": MAX_ITERATIONS}
+        runs = [
+            asyncio.ensure_future(client.protocol.send_request_async("gpuemu/runOps", big)),
+            asyncio.ensure_future(client.protocol.send_request_async("gpuemu/runOps", {"ids": ["op:slow"]})),
+        ]
+        await relkit.wait_for(lambda: relkit.worker_pids(client.server_pid), 60, "the slow case's worker", client)
+        before = _cpu_seconds(client.server_pid)
+        await asyncio.sleep(1.0)
+        assert _cpu_seconds(client.server_pid) - before > 0.3, "the big run is not planning: nothing to interrupt"
+        started = relkit.tagged(tag)
+        assert len(started) >= 3, "expected the server, its zygote and a worker"
+        t0 = time.monotonic()
+        if how == "shutdown+exit":
+            await asyncio.wait_for(client.shutdown_async(None), 15)
+            print(f"shutdown answered in {time.monotonic() - t0:.2f} s")
+        t1 = time.monotonic()
+        client.exit(None)
+        await asyncio.wait_for(client._server.wait(), 30)
+        exit_s = time.monotonic() - t1
+        print(f"exit ({how}) ended the server in {exit_s:.2f} s")
+        code = client._server.returncode
+        left = relkit.wait_gone(started, 1.0)
+        for r in runs:
+            r.cancel()
+    finally:
+        await relkit.force_close(client)
+    relkit.kill_all(relkit.tagged(tag))
+    relkit.record("server", unexpected_exits=0)
+    assert exit_s < 1.0, f"exit took {exit_s:.2f} s"
+    assert code == (0 if how == "shutdown+exit" else 1)
+    assert left == [], f"processes outlived exit: {[relkit.cmdline(p) for p in left]}"
+
+
+@pytest.mark.asyncio
+async def test_cancelling_a_huge_run_stops_its_planning(tmp_path: Path) -> None:
+    """``$/cancelRequest`` of a run of MAX_ITERATIONS cases still being planned: answered, and the planning
+    stops (the server's CPU goes quiet) instead of running on for minutes."""
+    from lsprotocol import types as lsp
+
+    from gpuemu_ls.engine.config.load import MAX_ITERATIONS
+
+    root = _slow_ws(tmp_path / "ws")
+    client = await relkit.start_server(root)
+    relkit.record("server", started=1)
+    try:
+        params = {"ids": ["op:double"], "mode": "quick", "iterations": MAX_ITERATIONS}
+        fut = asyncio.ensure_future(client.protocol.send_request_async("gpuemu/runOps", params, msg_id="huge"))
+        await asyncio.sleep(1.5)
+        before = _cpu_seconds(client.server_pid)
+        await asyncio.sleep(1.0)
+        assert _cpu_seconds(client.server_pid) - before > 0.3, "the run is not planning"
+        client.cancel_request(lsp.CancelParams(id="huge"))
+        with pytest.raises(Exception):  # noqa: B017 - RequestCancelled, as a JSON-RPC error
+            await asyncio.wait_for(fut, 10)
+        await asyncio.sleep(0.5)
+        before = _cpu_seconds(client.server_pid)
+        await asyncio.sleep(1.5)
+        busy = _cpu_seconds(client.server_pid) - before
+        assert busy < 0.3, f"the server spent {busy:.2f} s of CPU in 1.5 s after the cancel: still planning"
+        assert await relkit.answers(client, root)
+        code = await relkit.stop_server(client)
+    finally:
+        await relkit.force_close(client)
+    relkit.record("server", unexpected_exits=int(code != 0))
+    assert code == 0
+
+
+def test_iterations_have_one_maximum_in_engine_api_and_server_options(tmp_path: Path) -> None:
+    """MAX_ITERATIONS bounds planning (the engine, so the CLI, the gate and the server), the Python API and the
+    server's ``iterations`` option; 0 is refused, not read as "the default"; a set cancel stops planning."""
+    import threading
+
+    from gpuemu_ls.api import Client
+    from gpuemu_ls.engine.cases.plan import PlanCancelled, plan_cases
+    from gpuemu_ls.engine.config.load import MAX_ITERATIONS, load_config
+    from gpuemu_ls.engine.errors import UsageError
+    from gpuemu_ls.engine.run.validate import plan_op
+    from gpuemu_ls.options import ServerOptions
+
+    root = relkit.good_ws(tmp_path / "ws")
+    cfg = load_config(root)
+    op = cfg.op("double")
+    for bad in (0, -1, MAX_ITERATIONS + 1, 10**7, True, 2.0):
+        with pytest.raises(UsageError, match=str(MAX_ITERATIONS)):
+            plan_op(cfg, op, "thorough", bad, None)  # type: ignore[arg-type]
+        opts, problems = ServerOptions().merged({"iterations": bad})
+        assert opts.iterations is None and problems and str(MAX_ITERATIONS) in problems[0], (bad, problems)
+    with pytest.raises(UsageError):
+        plan_cases(op, "quick", 0, MAX_ITERATIONS + 1)
+    with pytest.raises(UsageError):
+        Client(root).fuzz_op_client_side("double", lambda inputs: inputs["x"] * 2, iterations=10**7)
+    assert ServerOptions().merged({"iterations": MAX_ITERATIONS})[0].iterations == MAX_ITERATIONS
+    cancel = threading.Event()
+    cancel.set()
+    t0 = time.monotonic()
+    with pytest.raises(PlanCancelled):
+        plan_op(cfg, op, "thorough", MAX_ITERATIONS, None, cancel=cancel)
+    assert time.monotonic() - t0 < 1.0
+    relkit.record("limits", cases=9)

@@ -40,12 +40,14 @@ so far met. The count stays what was asked and pinned seeds are untouched.
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from .. import dtypes as dt
-from ..config.load import DimSpec, OpConfig
+from ..config.load import MAX_ITERATIONS, DimSpec, OpConfig
+from ..errors import UsageError
 from .rng import Stream
 
 STRATEGY_WINDOW = ("default", "boundary", "regular", "boundary", "random", "boundary", "regular", "random")
@@ -72,6 +74,18 @@ SMALL_PRIMES = (3, 5, 7, 11, 13, 17, 31, 61, 127)
 COVER_FROM = 8
 #: Cap on the elements of any one input; larger draws halve their largest dims (deterministically).
 DEFAULT_MAX_ELEMENTS = 1 << 22
+#: Seeds derived between two looks at a cancel event (planning a million cases takes minutes).
+CANCEL_EVERY = 256
+
+
+class PlanCancelled(Exception):
+    """Planning stopped because its cancel event was set (a superseded run, a server that exits)."""
+
+
+def check_count(count: int) -> None:
+    """Refuse a case count past ``MAX_ITERATIONS``: planning it would take longer than anyone waits."""
+    if count > MAX_ITERATIONS:
+        raise UsageError(f"iterations must be in 1..{MAX_ITERATIONS}, got {count}")
 
 
 @dataclass(frozen=True)
@@ -235,13 +249,15 @@ def iter_seeds(
     max_elements: int = DEFAULT_MAX_ELEMENTS,
     pinned: bool = True,
     scan: int | None = None,
+    cancel: threading.Event | None = None,
 ) -> Iterator[CaseSpec]:
     """The first ``count`` cases from ``base_seed`` up that ``accept`` keeps (all, by default).
 
     Pinned seeds (the op's ``seeds``) come first (unless ``pinned`` is false) and are never filtered.
     The scan gives up after ``scan`` seeds (default ``64 * count * len(dtypes)``), so a filter that
-    nothing satisfies ends instead of spinning.
+    nothing satisfies ends instead of spinning. A set ``cancel`` raises :class:`PlanCancelled`.
     """
+    check_count(count)
     if pinned:
         for seed in op.seeds:
             yield derive_case(op, seed, max_elements)
@@ -249,6 +265,8 @@ def iter_seeds(
     seed = base_seed
     limit = base_seed + (scan if scan is not None else max(count, 1) * 64 * max(len(op.dtypes), 1))
     while seen < count and seed < limit:
+        if cancel is not None and (seed - base_seed) % CANCEL_EVERY == 0 and cancel.is_set():
+            raise PlanCancelled(op.name)
         spec = derive_case(op, seed, max_elements)
         if (accept is None or accept(spec)) and seed not in op.seeds:
             seen += 1
@@ -411,9 +429,10 @@ def plan_thorough(
     *,
     accept: Callable[[CaseSpec], bool] | None = None,
     max_elements: int = DEFAULT_MAX_ELEMENTS,
+    cancel: threading.Event | None = None,
 ) -> list[CaseSpec]:
     """``count`` cases from ``base_seed`` (pinned first) covering dim minimums and structure distributions."""
-    specs = list(iter_seeds(op, base_seed, count, accept=accept, max_elements=max_elements))
+    specs = list(iter_seeds(op, base_seed, count, accept=accept, max_elements=max_elements, cancel=cancel))
     needs = minimum_needs(op) + structure_needs(op)
     return cover(op, specs, needs, accept=accept, max_elements=max_elements)
 
@@ -438,6 +457,7 @@ def plan_quick(
     dtypes: tuple[str, ...] | None = None,
     *,
     max_elements: int = DEFAULT_MAX_ELEMENTS,
+    cancel: threading.Event | None = None,
 ) -> list[CaseSpec]:
     """The cases of a quick run: ``dtypes`` (``[ci] quick_dtypes``; None: not set) at quick shapes.
 
@@ -448,7 +468,8 @@ def plan_quick(
     main = tuple(d for d in (dtypes or ("float32",)) if d in op.dtypes) or op.dtypes[:1]
     accept = mode_filter(op, dtypes=main, strategies=QUICK_STRATEGIES)
     extras = half_precision_quota(op, count, main) if dtypes is None else []
-    specs = list(iter_seeds(op, base_seed, count - sum(m for _, m in extras), accept=accept, max_elements=max_elements))
+    main_count = count - sum(m for _, m in extras)
+    specs = list(iter_seeds(op, base_seed, main_count, accept=accept, max_elements=max_elements, cancel=cancel))
     specs = cover(op, specs, minimum_needs(op) + quick_needs(op), accept=accept, max_elements=max_elements)
     stress = tuple(d for d in ACCUMULATOR_STRESS if d in op.distributions) or op.distributions
     for half, m in extras:
@@ -457,7 +478,9 @@ def plan_quick(
             return spec.dtype == half and spec.strategy == "boundary" and spec.distribution in stress
 
         scan = m * 64 * max(len(op.dtypes), 1) * max(len(op.distributions), 1)
-        specs += iter_seeds(op, base_seed, m, accept=keep, max_elements=max_elements, pinned=False, scan=scan)
+        specs += iter_seeds(
+            op, base_seed, m, accept=keep, max_elements=max_elements, pinned=False, scan=scan, cancel=cancel
+        )
     pinned = set(op.seeds)
     return [sp for sp in specs if sp.seed in pinned] + sorted((sp for sp in specs if sp.seed not in pinned), key=_seed)
 
@@ -471,11 +494,17 @@ def plan_cases(
     quick_dtypes: tuple[str, ...] | None = None,
     accept: Callable[[CaseSpec], bool] | None = None,
     max_elements: int = DEFAULT_MAX_ELEMENTS,
+    cancel: threading.Event | None = None,
 ) -> list[CaseSpec]:
-    """The cases of a run in ``mode`` ("quick": :func:`plan_quick`, ignoring ``accept``; else :func:`plan_thorough`)."""
+    """The cases of a run in ``mode`` ("quick": :func:`plan_quick`, ignoring ``accept``; else :func:`plan_thorough`).
+
+    ``count`` is at most ``MAX_ITERATIONS`` (UsageError); a set ``cancel`` stops planning with
+    :class:`PlanCancelled`.
+    """
+    check_count(count)
     if mode == "quick":
-        return plan_quick(op, base_seed, count, quick_dtypes, max_elements=max_elements)
-    return plan_thorough(op, base_seed, count, accept=accept, max_elements=max_elements)
+        return plan_quick(op, base_seed, count, quick_dtypes, max_elements=max_elements, cancel=cancel)
+    return plan_thorough(op, base_seed, count, accept=accept, max_elements=max_elements, cancel=cancel)
 
 
 def mode_filter(

@@ -22,7 +22,8 @@ import numpy as np
 
 from ..cases.generate import generate_inputs
 from ..cases.plan import CaseSpec, derive_case, plan_cases
-from ..config.load import Config, OpConfig
+from ..config.load import MAX_ITERATIONS, Config, OpConfig
+from ..errors import UsageError
 from ..oracle.diagnose import diagnose
 from ..oracle.outcome import CaseResult, OpOutcome
 from ..store.db import Store
@@ -95,19 +96,27 @@ def plan_op(
     iterations: int | None,
     seed: int | None,
     accept: Callable[[CaseSpec], bool] | None = None,
+    *,
+    cancel: threading.Event | None = None,
 ) -> list[CaseSpec]:
     """The cases a run of ``op`` in ``mode`` covers (pinned seeds first); ``accept`` narrows thorough runs.
 
     Quick: ``[ci.quick]`` iterations in ``[ci] quick_dtypes`` (unset: float32 plus a few float16/bfloat16
     cases, see :func:`~gpuemu_ls.engine.cases.plan.plan_quick`). Thorough: the op's iterations, every dim's
     minimum and each structure distribution at a boundary shape covered (``plan_thorough``).
+    ``iterations``, when given, must be in 1..``MAX_ITERATIONS`` (UsageError: 0 is not "the default");
+    a set ``cancel`` stops planning with :class:`~gpuemu_ls.engine.cases.plan.PlanCancelled`.
     """
+    if iterations is not None and (
+        isinstance(iterations, bool) or not isinstance(iterations, int) or not 1 <= iterations <= MAX_ITERATIONS
+    ):
+        raise UsageError(f"iterations must be an integer in 1..{MAX_ITERATIONS}, got {iterations!r}")
     base = config.validation.seed if seed is None else seed
     if mode == "quick":
         n = iterations or config.ci.quick_iterations
     else:
         n = iterations or op.iterations or config.validation.iterations
-    return plan_cases(op, mode, base, n, quick_dtypes=config.ci.quick_dtypes, accept=accept)
+    return plan_cases(op, mode, base, n, quick_dtypes=config.ci.quick_dtypes, accept=accept, cancel=cancel)
 
 
 def case_timeout(config: Config, op: OpConfig) -> float:
