@@ -667,6 +667,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 def cmd_lint(args: argparse.Namespace) -> int:
     from .engine.run.kernels import cache_dir, lint_entries, lint_path
 
+    started = time.perf_counter()
     cfg: Config | None = None
     if args.workspace or args.top_workspace or not args.files:
         cfg = load_workspace(args)
@@ -712,6 +713,7 @@ def cmd_lint(args: argparse.Namespace) -> int:
         doc["summary"] = summarize(entries, [])
         doc["status"] = overall_status(entries)
         doc["exit_code"] = exit_code(doc, fail_on_regression=False)
+    doc["elapsed"] = round(time.perf_counter() - started, 4)  # the wall time of this lint, compiles included
     emit(render(doc, args.format, show=args.show), args.output)
     return int(doc["exit_code"])
 

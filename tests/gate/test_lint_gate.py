@@ -154,14 +154,23 @@ def test_twin_passes(lint: Path) -> None:
 def test_gpuemu_lint_file_and_kernel_with_cache(tmp_path: Path) -> None:
     ws = _workspace(tmp_path / "ws", LINT_TOML)
     first = gpuemu("lint", "kernels/forbidden.cu", "--format", "json", cwd=ws)
-    assert first.returncode == 0, out(first)  # no [cuda] checks: every kernel of the file passes
+    # kernels with a [[kernels]] entry are judged by its limits; the others have none (figures only)
+    assert first.returncode == 1, out(first)
     kernels = {k["name"]: k for k in jdoc(first)["kernels"]}
     assert set(kernels) == {"uses_printf", "volatile_load", "system_atomic", "clean_twin"}
+    assert {n: (k["status"], k["limits"]) for n, k in kernels.items()} == {
+        "uses_printf": ("failed", True),
+        "clean_twin": ("passed", True),
+        "volatile_load": ("passed", False),
+        "system_atomic": ("passed", False),
+    }
     for name, k in kernels.items():
-        assert k["status"] == "passed" and k["cache_hit"] is False
+        assert k["cache_hit"] is (name in ("uses_printf", "clean_twin"))  # the file's compile serves the entries
         assert k["source"] == {"file": "kernels/forbidden.cu", "line": _global_line(ws, "forbidden.cu", name)}
+    text = gpuemu("lint", "kernels/forbidden.cu", cwd=ws).stdout
+    assert "INFO    volatile_load" in text and "no limits apply to 2 kernel(s)" in text, text
     second = gpuemu("lint", "kernels/forbidden.cu", "--format", "json", cwd=ws)
-    assert second.returncode == 0, out(second)
+    assert second.returncode == 1, out(second)
     again = {k["name"]: k for k in jdoc(second)["kernels"]}
     assert all(k["cache_hit"] is True for k in again.values())
     assert {n: k["resources"] for n, k in again.items()} == {n: k["resources"] for n, k in kernels.items()}

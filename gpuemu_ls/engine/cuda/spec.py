@@ -27,6 +27,10 @@ class ArtifactChecks:
     forbidden_instructions: tuple[str, ...] = ()
     required_instructions: tuple[str, ...] = ()
 
+    def any(self) -> bool:
+        """Whether any limit is set: a lint with none reports figures, it cannot pass or fail."""
+        return any(v not in (None, ()) for v in (getattr(self, f.name) for f in fields(self)))
+
     def merged_over(self, defaults: ArtifactChecks) -> ArtifactChecks:
         """Per-kernel values override global defaults; instruction lists are unioned.
 

@@ -76,7 +76,7 @@ def _summary(res: dict[str, Any] | None) -> str:
     return ", ".join(parts)
 
 
-def entry(root: Path, r: Any, source: Path, name: str | None = None) -> dict[str, Any]:
+def entry(root: Path, r: Any, source: Path, name: str | None = None, *, limits: bool = True) -> dict[str, Any]:
     """A results-document entry for one lint result (paths relative to ``root``)."""
     d = r.to_dict()
     findings = []
@@ -98,6 +98,7 @@ def entry(root: Path, r: Any, source: Path, name: str | None = None) -> dict[str
         "sass_instructions": r.sass_histogram or {},
         "cache_hit": r.cache_hit,
         "tool_version": r.tool_version,
+        "limits": limits,  # False: no artifact check applied, the figures are information only
     }
 
 
@@ -109,13 +110,15 @@ def lint_entries(config: Config, names: list[str] | None = None) -> list[dict[st
     for k in config.kernels:
         if names is not None and k.name not in names:
             continue
-        r = lint_kernel(kernel_spec(config, k), cache_dir(config), toolchain(config))
-        out.append(entry(config.root, r, config.resolve(k.source), k.name))
+        spec = kernel_spec(config, k)
+        r = lint_kernel(spec, cache_dir(config), toolchain(config))
+        out.append(entry(config.root, r, config.resolve(k.source), k.name, limits=spec.checks.any()))
     return out
 
 
 def lint_path(path: Path, config: Config | None, cache: Path) -> list[dict[str, Any]]:
-    """Every kernel of a .cu or .ptx file, with the workspace's [cuda] settings when there is one."""
+    """Every kernel of a .cu or .ptx file, with the workspace's ``[cuda]`` settings; a kernel the workspace
+    has a ``[[kernels]]`` entry for is judged by that entry (its own limits, flags and defines)."""
     from ..cuda.lint import lint_file
 
     kw: dict[str, Any] = {}
@@ -130,4 +133,13 @@ def lint_path(path: Path, config: Config | None, cache: Path) -> list[dict[str, 
             "warn_threshold": config.policies.warn_threshold,
         }
     root = config.root if config is not None else path.resolve().parent
-    return [entry(root, r, path.resolve()) for r in lint_file(path.resolve(), cache, tools=toolchain(config), **kw)]
+    limits = bool(kw) and kw["checks"].any()
+    results = lint_file(path.resolve(), cache, tools=toolchain(config), **kw)
+    entries = [entry(root, r, path.resolve(), limits=limits) for r in results]
+    if config is None:
+        return entries
+    own = {
+        (k.function or k.name): k.name for k in config.kernels if config.resolve(k.source).resolve() == path.resolve()
+    }
+    judged = {e["name"]: e for e in lint_entries(config, sorted(set(own.values())))} if own else {}
+    return [judged.get(own.get(e["name"], ""), e) for e in entries]

@@ -91,20 +91,29 @@ def render_text(doc: dict[str, Any], *, show: int = 3, replay_prefix: str = "") 
         more = e.get("failures_total", len(e["failures"])) - min(show, len(e["failures"]))
         if more > 0:
             lines.append(f"    ... {more} more (gpuemu failures --op {e['name']})")
+    unchecked = 0
     for k in doc["kernels"]:
-        lines.append(f"{WORD.get(k['status'], k['status']):8}{k['name']:24} kernel {k.get('summary', '')}")
+        word = WORD.get(k["status"], k["status"])
+        if k["status"] == "passed" and k.get("limits") is False:
+            word, unchecked = "INFO", unchecked + 1  # figures only: nothing could have failed
+        lines.append(f"{word:8}{k['name']:24} kernel {k.get('summary', '')}")
         for f in k.get("findings", [])[: max(show, 10)]:
             lines.append(
                 f"    {f.get('file')}:{f.get('line')}: {f.get('severity')} {f.get('code')}: {f.get('message')}"
             )
         if k["status"] == "not_run" and k.get("message"):
             lines.append(f"    {k['message']}")
+    if unchecked:
+        lines.append(
+            f"no limits apply to {unchecked} kernel(s) (INFO: figures only): add a [[kernels]] entry with "
+            "artifact_checks (e.g. max_spills = 0, max_registers = 128) or [cuda.artifact_checks] to check them"
+        )
     for r in doc.get("regressions", []):
         lines.append(f"REGRESSION {r['kind']} {r['name']}: {r['reason']}")
     s = doc["summary"]
     tail = (
-        f"{s.get('passed', 0)} passed, {s.get('failed', 0)} failed, {s.get('error', 0)} errors, "
-        f"{s.get('not_run', 0)} not run"
+        f"{s.get('passed', 0) - unchecked} passed, {s.get('failed', 0)} failed, {s.get('error', 0)} errors, "
+        f"{s.get('not_run', 0)} not run" + (f", {unchecked} without limits" if unchecked else "")
     )
     if s.get("regressions"):
         tail += f", {s['regressions']} regressions" + (
