@@ -499,3 +499,15 @@ def _ops(found: dict[str, Any]) -> list[dict[str, Any]]:
     for ws in found.get("workspaces", []):
         out += [i for i in ws.get("items", []) if i.get("kind") == "op"]
     return out
+
+
+def test_a_store_path_that_is_a_folder_is_never_read_written_or_moved(tmp_path: Path) -> None:
+    root = store_ws(tmp_path / "ws")
+    folder = tmp_path / "not a file"
+    folder.mkdir()
+    env = relkit.child_env({"GPUEMU_STORE": str(folder)})
+    for args in (("ops",), ("failures",), ("report",), ("store", "runs"), ("store", "repair"), ("store", "reset")):
+        store_error(relkit.run_cli(root, *args, env=env), folder)
+    for proc in writing(root, env=env):
+        store_error(proc, folder, "not a file")
+    assert folder.is_dir() and not list(folder.iterdir())

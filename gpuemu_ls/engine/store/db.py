@@ -145,6 +145,7 @@ class Store:
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         if not self.path.exists():
             _create(self.path)
+        self._regular_file()
         problem = file_problem(self.path)
         if problem:
             raise self._damaged(problem, "open")
@@ -179,6 +180,7 @@ class Store:
             self._connect(":memory:")
             self._migrate()
             return
+        self._regular_file()
         problem = file_problem(self.path)
         if problem:
             raise self._damaged(problem, "read")
@@ -187,7 +189,7 @@ class Store:
             self._connect(f"{uri}?mode=ro", uri=True)
             self.db.execute("SELECT count(*) FROM sqlite_master").fetchone()
         except sqlite3.OperationalError as exc:
-            if _errname(exc).startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")):
+            if _errname(exc).startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")) or getattr(self, "db", None) is None:
                 raise
             # A WAL store in a read-only folder without its -shm: SQLite cannot open it in place.
             self.db.conn.close()
@@ -218,6 +220,14 @@ class Store:
             )
         elif self.schema == 0 and not self._tables():
             raise self._damaged("it holds no gpuemu tables", "read")
+
+    def _regular_file(self) -> None:
+        if not self.path.is_file():
+            raise StoreError(
+                f"cannot open the result store {self.path}: it is not a file (a folder or a device?); point"
+                " GPUEMU_STORE at a file, or move what is there out of the way",
+                path=self.path,
+            )
 
     def _connect(self, target: str, *, uri: bool = False) -> None:
         conn = sqlite3.connect(target, timeout=30.0, isolation_level=None, check_same_thread=False, uri=uri)

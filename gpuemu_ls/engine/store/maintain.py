@@ -121,6 +121,7 @@ class RepairReport:
 def repair(path: Path) -> RepairReport:
     """Copy every readable row of the store at ``path`` into a new store that takes its place; the old file is
     kept beside it. A healthy store is left as it is."""
+    _a_file(path)
     found = check(path)
     if not found.exists:
         raise StoreError(f"no result store at {path}: nothing to repair", path=path)
@@ -152,6 +153,7 @@ def repair(path: Path) -> RepairReport:
 
 def reset(path: Path) -> RepairReport:
     """Set the store at ``path`` aside (kept beside it) and start an empty one."""
+    _a_file(path)
     found = check(path)
     if found.exists:
         _writable_folder(path)
@@ -169,6 +171,12 @@ def _refuse_newer(path: Path, found: CheckReport) -> None:
             path=path,
             reason="newer",
         )
+
+
+def _a_file(path: Path) -> None:
+    """Never move a folder or a device that GPUEMU_STORE points at by mistake."""
+    if path.exists() and not path.is_file():
+        raise StoreError(f"{path} is not a store file (a folder or a device?): nothing was moved", path=path)
 
 
 def _writable_folder(path: Path) -> None:
