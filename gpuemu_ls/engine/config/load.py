@@ -58,6 +58,8 @@ NUMERIC_BOUNDS: dict[str, tuple[float, float]] = {
 }
 FRAMEWORKS = ("numpy", "pytorch", "jax", "tensorflow")
 EXECUTION_MODES = ("in_process", "script_based", "client_side", "daemon_orchestrated")
+#: How an in-process op (or reference) receives its inputs: ``f(x, w)``, ``f(x=..., w=...)`` or ``f({"x": ..})``.
+CALL_STYLES = ("positional", "kwargs", "dict")
 LAYOUTS = ("contiguous", "transposed", "strided")
 #: Value distributions, in window order (every len(DISTRIBUTIONS) consecutive seeds cover each once);
 #: the formulas are in :mod:`gpuemu_ls.engine.cases.generate`.
@@ -200,6 +202,8 @@ class OpConfig:
     iterations: int | None = None
     seeds: tuple[int, ...] = ()
     nan_contract: bool = False  # a NaN the reference returns from NaN-free inputs is the op's contract there
+    call: str = "positional"  # how the op's function receives its inputs (CALL_STYLES)
+    reference_call: str = "positional"  # the same for an in-process reference (default: the op's ``call``)
     # value domain of float inputs (the op's, else [validation]'s; an input's own fields win); None: unset
     scale: float | None = None
     offset: float | None = None
@@ -523,6 +527,8 @@ _OP_KEYS = {
     "seeds",
     "description",
     "nan_contract",
+    "call",
+    "reference_call",
     "scale",
     "offset",
     "sign",
@@ -531,7 +537,7 @@ _OP_KEYS = {
 _INPUT_KEYS = {"shape", "dtype", "range", "distributions", "scale", "offset", "sign"}
 #: The value-domain keys of [validation], [[ops]] and [ops.inputs.x].
 _DOMAIN_KEYS = ("scale", "offset", "sign", "range")
-_DIM_KEYS = {"min", "max", "default"}
+_DIM_KEYS = {"min", "max", "default", "candidates"}
 _KERNEL_KEYS = {
     "name",
     "source",
@@ -960,6 +966,9 @@ class _Checker:
         mode = op.get("execution_mode")
         if mode is not None:
             self.choice((*path, "execution_mode"), mode, EXECUTION_MODES, "execution_mode")
+        for k in ("call", "reference_call"):
+            if k in op:
+                self.choice((*path, k), op[k], CALL_STYLES, k)
         if isinstance(op.get("module"), str):
             self.callable_ref((*path, "module"), op["module"], "module")
         if isinstance(op.get("op_script"), str):
@@ -1052,6 +1061,20 @@ class _Checker:
                     self.problem(p, f"dim {name} has no candidates")
                 for j, c in enumerate(spec):
                     self.nonneg((*p, j), c, "int")
+            elif "candidates" in spec:
+                self.keys(p, spec, _DIM_KEYS)
+                cands = spec["candidates"]
+                for k in ("min", "max"):
+                    if k in spec:
+                        self.problem((*p, k), f"dim {name}: candidates and {k} do not mix", "keep one of the two")
+                if self.typed((*p, "candidates"), cands, "list"):
+                    if not cands:
+                        self.problem((*p, "candidates"), f"dim {name} has no candidates")
+                    for j, c in enumerate(cands):
+                        self.nonneg((*p, "candidates", j), c, "int")
+                    de = spec.get("default")
+                    if "default" in spec and self.typed((*p, "default"), de, "int") and de not in cands:
+                        self.problem((*p, "default"), f"dim {name}: default {de} is not one of the candidates {cands}")
             else:
                 self.keys(p, spec, _DIM_KEYS)
                 for k in ("min", "max"):
@@ -1160,8 +1183,9 @@ class _Checker:
         file = module_file(root, mod)
         if file is None:
             top = mod.split(".")[0]
-            if "." not in mod and importlib.util.find_spec(top) is not None:
-                return  # an installed module: its function is checked when it is imported
+            in_workspace = root.joinpath(top).is_dir() or root.joinpath(f"{top}.py").is_file()
+            if not in_workspace and importlib.util.find_spec(top) is not None:
+                return  # an installed package (pkg.sub:fn too): the rest is checked when it is imported
             self.problem(
                 path,
                 f"module {mod!r} not found in the workspace ({root})",
@@ -1175,6 +1199,13 @@ class _Checker:
                 path,
                 f"cannot parse {file.name} to find {func!r}: syntax error at {where}",
                 f"fix the Python syntax error at {where} first",
+            )
+        elif func not in found and "?" in found and "*" not in found and "__getattr__" not in found:
+            self.problem(
+                path,
+                f"{file.name} binds no {func!r} that a static read can see; it makes names at import time "
+                f"(line {found['?']}), so {func!r} is looked up when the module is imported",
+                warning=True,
             )
         elif func not in found and "*" not in found and "__getattr__" not in found:
             close = difflib.get_close_matches(func, sorted(found), n=1)
@@ -1390,6 +1421,8 @@ class _Checker:
             iterations=op.get("iterations"),
             seeds=tuple(op.get("seeds", ())),
             nan_contract=bool(op.get("nan_contract", False)),
+            call=op.get("call", "positional"),
+            reference_call=op.get("reference_call", op.get("call", "positional")),
             **{k: v if k in op else getattr(validation, k) for k, v in _domain(op).items()},
         )
 
@@ -1399,6 +1432,9 @@ def _dim(name: str, spec: Any) -> DimSpec:
         return DimSpec(name, spec, spec, spec)
     if isinstance(spec, list):
         return DimSpec(name, min(spec), max(spec), spec[0], tuple(spec))
+    if "candidates" in spec:
+        cands = tuple(spec["candidates"])
+        return DimSpec(name, min(cands), max(cands), spec.get("default", cands[0]), cands)
     lo, hi = spec["min"], spec["max"]
     return DimSpec(name, lo, hi, spec.get("default", min(hi, max(lo, 32))))
 
@@ -1509,10 +1545,19 @@ def _top_level_names(filename: str, _mtime_ns: int, _size: int) -> dict[str, int
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             for alias in node.names:
                 names.setdefault(alias.asname or alias.name.split(".")[0], node.lineno)
-        elif isinstance(node, (ast.If, ast.Try)):
+        elif isinstance(node, (ast.If, ast.Try, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith)):
             for sub in ast.walk(node):
                 if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                     names.setdefault(sub.name, sub.lineno)
                 elif isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store):
                     names.setdefault(sub.id, sub.lineno)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue  # a call inside a function runs when it is called, not at import
+        for sub in ast.walk(node):  # names made at import time: globals()[k] = ..., setattr(module, ...), exec
+            if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name) and sub.func.id in _DYNAMIC_CALLS:
+                names.setdefault("?", sub.lineno)
     return names
+
+
+#: Calls at a module's top level that may bind names a static read cannot see.
+_DYNAMIC_CALLS = {"globals", "setattr", "exec", "vars", "locals"}

@@ -1,9 +1,10 @@
 """Things that turn inputs into outputs: an in-process ``module:function``, or a protocol script.
 
-Scripts run unchanged but warm: :class:`ScriptRunner` executes the script's file with ``runpy`` in
-the current (worker) process for every call, with ``sys.stdin``/``sys.stdout`` swapped for
-in-memory buffers holding the protocol JSON. numpy and the script's own imports are loaded once, so a
-call costs the script's own work, not a Python start. A script that raises, calls ``sys.exit`` with a
+Scripts run unchanged but warm: in a worker, :class:`ScriptRunner` runs the script's compiled file
+once per call in a fork of the worker, on real file descriptors 0/1/2 and from a fresh interpreter
+state (:mod:`scriptfork`); elsewhere in the current process with ``sys.stdin``/``sys.stdout`` swapped
+for in-memory buffers. numpy and the script's libraries are imported once, so a call costs the
+script's own work, not a Python start. A script that raises, calls ``sys.exit`` with a
 non-zero status, or prints junk raises :class:`CallError` with a kind and the tail of its stderr;
 one that kills the process (``os._exit``, a segfault) takes the worker down and the supervisor
 reports it.
@@ -11,7 +12,6 @@ reports it.
 
 from __future__ import annotations
 
-import importlib
 import io
 import sys
 import sysconfig
@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from . import wire
+from . import scriptfork, shadow, wire
 from .frameworks import Adapter
 
 STDERR_TAIL = 2000
@@ -88,13 +88,19 @@ def load_callable(root: Path, ref: str) -> Callable[..., Any]:
     if root_s not in sys.path:
         sys.path.insert(0, root_s)
     try:
-        module = importlib.import_module(mod_name)
+        module = shadow.import_module(root, mod_name)  # a workspace `signal.py` loads, under a private name
     except BaseException as exc:  # a module may raise anything, SystemExit included, at import
         file, line = user_frame(exc.__traceback__, root)
         if isinstance(exc, SyntaxError) and exc.filename:
             file, line = exc.filename, exc.lineno
+        why = shadow.hint(f"{exc}\n{_exception_text(exc)}", [root])
         raise CallError(
-            "import", f"importing {mod_name!r} failed: {type(exc).__name__}: {exc}\n{_exception_text(exc)}", file, line
+            "import",
+            f"importing {mod_name!r} failed: {type(exc).__name__}: {exc}"
+            + (f"; {why}" if why else "")
+            + f"\n{_exception_text(exc)}",
+            file,
+            line,
         ) from None
     try:
         fn = getattr(module, func_name)
@@ -154,10 +160,14 @@ class Runner:
 
 
 class CallableRunner(Runner):
-    """``function(*inputs, **kwargs)`` in this process, inputs converted to the op's framework."""
+    """``function(*inputs, **kwargs)`` in this process, inputs converted to the op's framework; ``call``
+    (``positional``, ``kwargs`` or ``dict``) says how a library's existing function takes its inputs."""
 
-    def __init__(self, root: Path, ref: str, order: tuple[str, ...], adapter: Adapter, who: str) -> None:
+    def __init__(
+        self, root: Path, ref: str, order: tuple[str, ...], adapter: Adapter, who: str, call: str = "positional"
+    ) -> None:
         self.root = root
+        self.style = call
         self.ref = ref
         self.order = order
         self.adapter = adapter
@@ -174,15 +184,26 @@ class CallableRunner(Runner):
             if back is not None:
                 backs.append(back)
         try:
-            value = self.fn(*args, **kwargs)
+            if self.style == "kwargs":
+                value = self.fn(**dict(zip(self.order, args)), **kwargs)
+            elif self.style == "dict":
+                value = self.fn(dict(zip(self.order, args)), **kwargs)
+            else:
+                value = self.fn(*args, **kwargs)
             value = self.adapter.synchronize(value)
         except BaseException as exc:  # SystemExit and KeyboardInterrupt from user code are results too
             if isinstance(exc, KeyboardInterrupt) and not _from_user(exc, self.root):
                 raise
             file, line = user_frame(exc.__traceback__, self.root)
             kind = "exit" if isinstance(exc, SystemExit) else "raised"
+            why = shadow.hint(str(exc), [self.root]) if isinstance(exc, (AttributeError, ImportError)) else ""
             raise CallError(
-                kind, f"{self.who} raised {type(exc).__name__}: {exc}\n{_exception_text(exc)}", file, line
+                kind,
+                f"{self.who} raised {type(exc).__name__}: {exc}"
+                + (f"; {why}" if why else "")
+                + f"\n{_exception_text(exc)}",
+                file,
+                line,
             ) from None
         finally:
             for back in backs:
@@ -255,9 +276,14 @@ class _TextOut(io.StringIO):
 
 
 class ScriptRunner(Runner):
-    """A protocol script executed warm in this process, once per call, unchanged."""
+    """A protocol script executed warm, once per call, unchanged.
 
-    def __init__(self, root: Path, rel: str, who: str, *, strides: bool = False) -> None:
+    ``isolated`` (in workers): each call runs in a fork of this process on real file descriptors, from a
+    fresh interpreter state (:mod:`scriptfork`); otherwise (the Python API, in the user's own process)
+    in this process with ``sys.stdin``/``sys.stdout`` swapped for in-memory streams.
+    """
+
+    def __init__(self, root: Path, rel: str, who: str, *, strides: bool = False, isolated: bool = False) -> None:
         self.root = root
         self.path = (root / rel).resolve()
         self.who = who
@@ -271,8 +297,39 @@ class ScriptRunner(Runner):
             raise CallError(
                 "import", f"{who} script {rel!r} has a syntax error: {exc.msg}", str(self.path), exc.lineno
             ) from None
+        self.fork: scriptfork.ScriptFork | None = None
+        if isolated and scriptfork.available():
+            self.fork = scriptfork.ScriptFork()
+            scriptfork.preload(self.code, [self.path.parent, root])
+
+    def _explain(self, error: BaseException) -> dict[str, Any]:
+        """What a script raised, as the ``raised`` CallError's message, file and line."""
+        file, line = user_frame(error.__traceback__, self.root)
+        text = _exception_text(error)
+        why = shadow.hint(f"{error}\n{text}", [self.path.parent, self.root])
+        message = f"{self.who} script raised {type(error).__name__}: {error}" + (f"; {why}" if why else "")
+        return {"message": f"{message}\n{text}", "file": file or str(self.path), "line": line}
+
+    def _forked(self, request: str) -> dict[str, np.ndarray]:
+        assert self.fork is not None
+        ended = self.fork.run(self.code, self.path, request, self._explain, STDERR_TAIL)
+        if ended.error is not None:
+            if "internal" in ended.error:
+                raise RuntimeError(ended.error["internal"])
+            raise CallError("raised", ended.error["message"], ended.error["file"], ended.error["line"], ended.stderr)
+        return self._answer(ended.status, ended.stdout, ended.stderr)
+
+    def _answer(self, status: Any, stdout: str, err_tail: str) -> dict[str, np.ndarray]:
+        if status not in (0, None):
+            raise CallError("exit", f"{self.who} script exited with status {status}", str(self.path), None, err_tail)
+        try:
+            return wire.decode_response(stdout)
+        except wire.ProtocolError as exc:
+            raise CallError("bad_output", f"{self.who} script: {exc}", str(self.path), None, err_tail) from None
 
     def call(self, inputs: dict[str, np.ndarray], kwargs: dict[str, Any]) -> dict[str, np.ndarray]:
+        if self.fork is not None:
+            return self._forked(wire.encode_request(inputs, kwargs, strides=self.strides))
         stdin = _TextIn(wire.encode_request(inputs, kwargs, strides=self.strides))
         stdout = _TextOut()
         stderr = io.StringIO()
@@ -300,20 +357,9 @@ class ScriptRunner(Runner):
             sys.path[:] = saved_path
         err_tail = stderr.getvalue()[-STDERR_TAIL:]
         if error is not None:
-            file, line = user_frame(error.__traceback__, self.root)
-            raise CallError(
-                "raised",
-                f"{self.who} script raised {type(error).__name__}: {error}\n{_exception_text(error)}",
-                file or str(self.path),
-                line,
-                err_tail,
-            )
-        if status not in (0, None):
-            raise CallError("exit", f"{self.who} script exited with status {status}", str(self.path), None, err_tail)
-        try:
-            return wire.decode_response(stdout.getvalue())
-        except wire.ProtocolError as exc:
-            raise CallError("bad_output", f"{self.who} script: {exc}", str(self.path), None, err_tail) from None
+            info = self._explain(error)
+            raise CallError("raised", info["message"], info["file"], info["line"], err_tail)
+        return self._answer(status, stdout.getvalue(), err_tail)
 
 
 def promote(arr: np.ndarray) -> np.ndarray:

@@ -1,8 +1,9 @@
 """Worker processes seen from outside: start, feed, time, kill and replace them.
 
 The supervisor is what makes a segfaulting, aborting, hanging or memory-hungry op a *result*
-instead of a dead CLI or a frozen editor. Each worker runs in its own session (process group); a
-case that overruns its phase's timeout gets the whole group killed. A worker that dies mid-case is
+instead of a dead CLI or a frozen editor. Each worker runs in its own session (process group) and is a
+child subreaper, so whatever its op starts stays below it even after ``setsid``; a case that overruns
+its phase's timeout gets the whole tree killed (:func:`contain.kill_tree`). A worker that dies mid-case is
 reported against the phase it announced (op or reference), with the tail of its stderr, and a fresh
 worker carries on with the next case.
 """
@@ -14,7 +15,6 @@ import select
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -25,7 +25,8 @@ from typing import IO, Any
 from ..cases.plan import CaseSpec
 from ..config.load import OpConfig, ValidationConfig
 from ..oracle.outcome import CaseResult
-from .zygote import ForkedProcess, get_zygote
+from . import contain
+from .zygote import ForkedProcess, get_zygote, python_cmd
 
 STDERR_TAIL = 3000
 _PACKAGE_PARENT = str(Path(__file__).resolve().parents[3])
@@ -77,7 +78,7 @@ class Worker:
             env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_PARENT, env.get("PYTHONPATH", "")) if p)
             env.setdefault("PYTHONUNBUFFERED", "1")
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "gpuemu_ls.engine.run.worker", str(child.fileno()), str(memory_mb or 0)],
+                python_cmd("gpuemu_ls.engine.run.worker", str(child.fileno()), str(memory_mb or 0)),
                 pass_fds=(child.fileno(),),
                 stdin=subprocess.DEVNULL,
                 stdout=self.log,
@@ -100,6 +101,9 @@ class Worker:
         return self.proc.poll() is None
 
     def kill(self) -> None:
+        """Kill the worker, its process group and every process below it (``setsid`` ones included)."""
+        if self.proc.poll() is None:
+            contain.kill_tree(self.proc.pid)
         for kill in (os.killpg, os.kill):  # the group, and the process itself if it had no session yet
             try:
                 kill(self.proc.pid, signal.SIGKILL)

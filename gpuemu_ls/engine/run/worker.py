@@ -3,14 +3,15 @@
 Started by :mod:`supervisor` as ``python -m gpuemu_ls.engine.run.worker FD``, it talks over a socket
 (pickled messages, numpy buffers in binary) and never over stdout, which user code may scribble on.
 Before each phase of a case it says which phase (op / reference / compare) it enters, so that a
-crash or a hang is pinned on the right party. It dies with its parent (PR_SET_PDEATHSIG) and has its
-own process group, so nothing it starts outlives the supervisor.
+crash or a hang is pinned on the right party. It dies with its parent (PR_SET_PDEATHSIG), has its
+own process group and is a child subreaper, so nothing it starts outlives it or the supervisor, even
+after ``setsid`` (:mod:`contain`). Workspace files never replace the modules it needs (:mod:`shadow`).
 """
 
 from __future__ import annotations
 
-import ctypes
 import faulthandler
+import gc
 import os
 import resource
 import signal
@@ -21,6 +22,7 @@ from pathlib import Path
 
 from ..cases.plan import CaseSpec
 from ..config.load import OpConfig, ValidationConfig
+from . import contain, shadow
 from .case import CaseContext, CaseResult, run_case
 from .frameworks import get_adapter
 from .runners import CallableRunner, CallError, Runner, ScriptRunner
@@ -32,9 +34,11 @@ def build_context(root: Path, op: OpConfig, validation: ValidationConfig) -> Cas
     op_runner: Runner
     if op.execution_mode == "script_based" or (op.module is None and op.op_script):
         assert op.op_script is not None
-        op_runner = ScriptRunner(root, op.op_script, "op", strides=any(lay != "contiguous" for lay in op.layouts))
+        op_runner = ScriptRunner(
+            root, op.op_script, "op", strides=any(lay != "contiguous" for lay in op.layouts), isolated=True
+        )
     elif op.module is not None:
-        op_runner = CallableRunner(root, op.module, op.input_names, adapter, "op")
+        op_runner = CallableRunner(root, op.module, op.input_names, adapter, "op", op.call)
     else:
         raise CallError(
             "import",
@@ -44,13 +48,16 @@ def build_context(root: Path, op: OpConfig, validation: ValidationConfig) -> Cas
     assert op.reference is not None
     ref_runner: Runner
     if op.reference_is_script:
-        ref_runner = ScriptRunner(root, op.reference, "reference")
+        ref_runner = ScriptRunner(root, op.reference, "reference", isolated=True)
     else:
-        ref_runner = CallableRunner(root, op.reference, op.input_names, get_adapter("numpy"), "reference")
+        ref_runner = CallableRunner(
+            root, op.reference, op.input_names, get_adapter("numpy"), "reference", op.reference_call
+        )
     return CaseContext(root, op, validation, op_runner, ref_runner)
 
 
 def _kill_own_group(_signum: int, _frame: object) -> None:
+    contain.kill_descendants(os.getpid())  # what the op started, setsid or not (this worker is their subreaper)
     os.killpg(0, signal.SIGKILL)  # this worker leads its process group: it and whatever the op started
 
 
@@ -62,11 +69,7 @@ def _die_with_parent() -> None:
     does this instead when the supervisor's socket closes.
     """
     signal.signal(signal.SIGTERM, _kill_own_group)
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
+    contain.die_with_parent(signal.SIGTERM)
 
 
 def default_memory_mb() -> int | None:
@@ -146,6 +149,7 @@ def serve(conn: Connection) -> None:
             return
         if tag == "setup":
             _, root, op, validation, cwd, calibration = msg
+            contain.kill_descendants(os.getpid())  # what the previous op left running ends with it
             try:
                 os.chdir(cwd)
                 ctx = build_context(Path(root), op, validation)
@@ -153,6 +157,10 @@ def serve(conn: Connection) -> None:
                 timeout = op.timeout or validation.timeout
                 cpu_seconds = timeout * max(1, os.cpu_count() or 1) + 1.0
                 watchdog = max(0.05, 0.9 * timeout)
+                for runner in (ctx.op_runner, ctx.ref_runner):
+                    if isinstance(runner, ScriptRunner) and runner.fork is not None:
+                        runner.fork.watchdog = watchdog
+                gc.freeze()  # forked script calls then copy no page for the collector's sake
                 conn.send(("ready", {"op": ctx.op_runner.where, "reference": ctx.ref_runner.where}))
             except CallError as exc:
                 ctx = None
@@ -203,11 +211,17 @@ def serve(conn: Connection) -> None:
 
 def run(fd: int, memory_mb: int | None) -> None:
     """Serve on the channel ``fd`` (stdout/stderr already point at the worker's log)."""
+    contain.make_subreaper()  # orphans of what the op starts stay below this worker, to be killed with it
+    shadow.protect()  # before the workspace is on sys.path
     _apply_limits(memory_mb)
     faulthandler.enable(all_threads=False)  # a segfault or abort leaves the Python stack in the log
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)  # user code that reads stdin gets EOF, not the protocol
-    serve(Connection(fd))
+    try:
+        serve(Connection(fd))
+    finally:
+        contain.kill_descendants(os.getpid())  # a clean exit leaves nothing behind either
+        contain.reap_children()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,12 +6,18 @@ has imported everything a worker needs; each worker is ``os.fork()`` of it, in a
 own process group, so a kill takes everything the op started), dying with the zygote
 (``PR_SET_PDEATHSIG``), with its channel socket and log file handed over by ``SCM_RIGHTS``. The
 zygote reaps its children and reports their exit status (so a segfault is still named), and exits
-when its control socket closes, killing any worker left: nothing outlives the supervisor. Where the
-zygote cannot run, :mod:`supervisor` falls back to starting workers as fresh interpreters.
+when its control socket closes, killing any worker left: nothing outlives the supervisor. The zygote is
+a child subreaper (:mod:`contain`): a process an op detached with ``setsid`` is adopted by its worker
+(a subreaper too) or, once that worker is gone, by the zygote, which kills it. Where the zygote cannot
+run, :mod:`supervisor` falls back to starting workers as fresh interpreters.
+
+The zygote starts without the current folder on ``sys.path`` (:func:`python_cmd`): a workspace file
+named like a module the runner imports (``socket.py``, ``numpy.py``) must not replace it.
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import select
@@ -23,7 +29,22 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from . import contain
+
 _PACKAGE_PARENT = str(Path(__file__).resolve().parents[3])
+
+
+def python_cmd(module: str, *args: str) -> list[str]:
+    """``python -c`` running ``module.main(args)`` with no current-folder entry on ``sys.path``.
+
+    ``python -m`` (and ``-c``) put the current folder first on ``sys.path``, and the runner's processes start
+    in the user's workspace: its ``signal.py`` or ``numpy.py`` would be imported in place of the real one.
+    """
+    boot = (
+        "import sys; sys.path[:] = [p for p in sys.path if p not in ('', '.')]; "
+        f"from {module} import main; sys.exit(main([*sys.argv[1:]]))"
+    )
+    return [sys.executable, "-c", boot, *args]
 
 
 class Zygote:
@@ -35,7 +56,7 @@ class Zygote:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_PARENT, env.get("PYTHONPATH", "")) if p)
         env.setdefault("PYTHONUNBUFFERED", "1")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "gpuemu_ls.engine.run.zygote", str(child.fileno())],
+            python_cmd("gpuemu_ls.engine.run.zygote", str(child.fileno())),
             pass_fds=(child.fileno(),),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
@@ -103,6 +124,11 @@ class Zygote:
             return self.exits.get(pid)
 
     def close(self) -> None:
+        """Close the control socket: the zygote kills every worker and what they started, then exits."""
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)  # close() alone would wait for the reader thread's recv
+        except OSError:
+            pass
         try:
             self.sock.close()
         except OSError:
@@ -162,16 +188,14 @@ def get_zygote() -> Zygote | None:
         return _zygote
 
 
+@atexit.register
+def _close_at_exit() -> None:
+    """On a normal exit, wait for the zygote to have killed everything (it would on its own, a little later)."""
+    if _zygote is not None:
+        _zygote.close()
+
+
 # --- the zygote process -------------------------------------------------------------------------
-
-
-def _prctl_pdeathsig() -> None:
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
-    except (OSError, AttributeError):
-        pass
 
 
 def _child(sock: socket.socket, fds: list[int], req: dict[str, Any]) -> None:
@@ -181,7 +205,7 @@ def _child(sock: socket.socket, fds: list[int], req: dict[str, Any]) -> None:
         os.setsid()
         sock.close()
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        _prctl_pdeathsig()  # dies with the zygote (PDEATHSIG is not inherited across fork)
+        contain.die_with_parent()  # dies with the zygote (PDEATHSIG is not inherited across fork)
         channel_fd, log_fd = fds
         os.dup2(log_fd, 1)
         os.dup2(log_fd, 2)
@@ -195,27 +219,43 @@ def _child(sock: socket.socket, fds: list[int], req: dict[str, Any]) -> None:
         os._exit(code)
 
 
-def main(fd: int) -> int:
-    from . import worker  # noqa: F401 - the imports every worker needs, done once here
-
-    sock = socket.socket(fileno=fd)
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
-    children: set[int] = set()
-    sock.send(json.dumps(["ready"]).encode())
+def _reap(sock: socket.socket, children: set[int]) -> None:
+    """Reap every exited child; report workers' statuses (adopted orphans are only reaped)."""
     while True:
-        while children:  # reap and report
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                break
-            if pid == 0:
-                break
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        if pid in children:
             children.discard(pid)
             try:
                 sock.send(json.dumps(["exited", pid, status]).encode())
             except OSError:
                 pass
+
+
+def _kill_orphans(children: set[int]) -> None:
+    """A child of the zygote that is not a live worker was left by a dead one: it and its tree go."""
+    for pid in contain.children(os.getpid()):
+        if pid not in children:
+            contain.kill_tree(pid)
+
+
+def main(argv: list[str] | int) -> int:
+    from . import worker  # noqa: F401 - the imports every worker needs, done once here
+
+    fd = int(argv[0]) if isinstance(argv, list) else argv
+    sock = socket.socket(fileno=fd)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    contain.make_subreaper()
+    children: set[int] = set()
+    sock.send(json.dumps(["ready"]).encode())
+    while True:
+        _reap(sock, children)
+        _kill_orphans(children)
         readable, _, _ = select.select([sock], [], [], 0.05)
         if not readable:
             continue
@@ -223,13 +263,10 @@ def main(fd: int) -> int:
             data, fds, _flags, _addr = socket.recv_fds(sock, 4096, 4)
         except OSError:
             data, fds = b"", []
-        if not data:  # the supervisor is gone: so are its workers
+        if not data:  # the supervisor is gone: so are its workers and everything below them
             for pid in children:
-                for kill in (os.killpg, os.kill):
-                    try:
-                        kill(pid, signal.SIGKILL)
-                    except (ProcessLookupError, PermissionError):
-                        pass
+                contain.kill_tree(pid)
+            contain.kill_descendants(os.getpid())
             return 0
         req = json.loads(data)
         pid = os.fork()
@@ -242,4 +279,4 @@ def main(fd: int) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(int(sys.argv[1])))
+    sys.exit(main(sys.argv[1:]))
