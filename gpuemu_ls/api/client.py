@@ -494,7 +494,7 @@ class Client:
                 op,
                 f"module:{adapter.name}",
                 lambda: CallableRunner(
-                    self.root, _own_module(self.root, op.module or ""), op.input_names, adapter, "op"
+                    self.root, _own_module(self.root, op.module or ""), op.input_names, adapter, "op", op.call
                 ),
             )
         raise UsageError(
@@ -529,6 +529,7 @@ class Client:
                         op.input_names,
                         get_adapter("numpy"),
                         "reference",
+                        op.reference_call,
                     )
             except CallError as exc:
                 raise UsageError(f"op {op.name!r}: {exc.message}") from None

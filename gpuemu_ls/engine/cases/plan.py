@@ -147,7 +147,7 @@ def _window_perm(op: str, axis: str, window: int, n: int) -> tuple[int, ...]:
 def boundary_values(dim: DimSpec) -> list[int]:
     """Sizes where tiled kernels break, inside the dim's range (sorted, unique)."""
     if dim.candidates is not None:
-        return sorted({dim.candidates[0], dim.candidates[-1], min(dim.candidates), max(dim.candidates)})
+        return sorted({dim.default, dim.candidates[-1], min(dim.candidates), max(dim.candidates)})
     vals = {dim.min, dim.max, 0, 1, 2, *SMALL_PRIMES}
     k = 2
     while (1 << k) - 1 <= dim.max:

@@ -108,6 +108,8 @@ def write_repro(
         "REFERENCE": op.reference,
         "REFERENCE_IS_SCRIPT": not is_callable_ref(op.reference or ""),
         "INPUT_ORDER": list(op.input_names),
+        "CALL": op.call,
+        "REFERENCE_CALL": op.reference_call,
         "KWARGS": op.kwargs,
         "LAYOUT": spec.layout,
         "OUTPUT_DTYPE": op.output_dtype,
@@ -271,14 +273,22 @@ def is_tensor(value):
     return hasattr(value, "shape") or hasattr(value, "__array__") or hasattr(value, "__dlpack__")
 
 
-def call(ref, args, fw):
+def call(ref, args, fw, style="positional"):
     module, func = ref.split(":")
     sys.path.insert(0, str(WORKSPACE))
     try:
         mod = importlib.import_module(module)
     except ImportError as exc:
         sys.exit(print(f"cannot run this reproduction: importing {module!r}: {exc}", file=sys.stderr) or 2)
-    value = getattr(mod, func)(*[fw.tensor(a) for a in args], **KWARGS)
+    tensors = [fw.tensor(a) for a in args]
+    named = dict(zip(INPUT_ORDER, tensors))
+    fn = getattr(mod, func)
+    if style == "kwargs":
+        value = fn(**named, **KWARGS)
+    elif style == "dict":
+        value = fn(named, **KWARGS)
+    else:
+        value = fn(*tensors, **KWARGS)
     if isinstance(value, dict):
         return {k: fw.array(v) for k, v in value.items()}
     if isinstance(value, tuple) or (isinstance(value, list) and value and all(map(is_tensor, value))):
@@ -370,7 +380,7 @@ def main():
     if OP_SCRIPT:
         out = run_script(OP_SCRIPT, views, SCRIPT_STRIDES)
     else:
-        out = call(OP_CALL, [views[n] for n in INPUT_ORDER], fw)
+        out = call(OP_CALL, [views[n] for n in INPUT_ORDER], fw, CALL)
     problems = []
     for k, v in views.items():
         now = v.base if isinstance(v.base, np.ndarray) else v
@@ -380,7 +390,7 @@ def main():
     if REFERENCE_IS_SCRIPT:
         ref = run_script(REFERENCE, promoted)
     else:
-        ref = call(REFERENCE, [promoted[n] for n in INPUT_ORDER], Framework("numpy"))
+        ref = call(REFERENCE, [promoted[n] for n in INPUT_ORDER], Framework("numpy"), REFERENCE_CALL)
     if set(out) != set(ref):
         problems.append(f"outputs {sorted(out)} != reference outputs {sorted(ref)}")
     unjudged = widened = 0
