@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import faulthandler
 import logging
+import math
 import os
 import re
 import signal
@@ -456,7 +457,37 @@ def _case_brief(case: Any) -> dict[str, Any]:
         "tolerance": case.tolerance,
         "message": (case.message or "").strip().splitlines()[0][:300] if case.message else "",
         "replay": f"gpuemu reproduce --op {case.op} --seed {case.seed}",
+        "worst": _worst_brief(case),
     }
+
+
+def _worst_brief(case: Any) -> dict[str, Any] | None:
+    """The worst element of a failing case (op and reference values there, for a client's diff), or None."""
+    w = case.worst()
+    if w is None or w.worst_index is None:
+        return None
+    return {
+        "output": w.output,
+        "index": [int(i) for i in w.worst_index],
+        "op": _json_number(w.worst_op),
+        "ref": _json_number(w.worst_ref),
+        "allowed": _json_number(w.worst_allowed),
+        "firstIndex": [int(i) for i in w.first_index] if w.first_index is not None else None,
+        "mismatches": w.mismatches,
+        "total": w.total,
+        "examples": {
+            k: {"index": list(v.get("index") or []), "op": _json_number(v.get("op")), "ref": _json_number(v.get("ref"))}
+            for k, v in (w.examples or {}).items()
+        },
+    }
+
+
+def _json_number(x: Any) -> float | str | None:
+    """A float for JSON: NaN and infinities as the strings "nan", "inf", "-inf" (JSON has no such numbers)."""
+    if x is None:
+        return None
+    x = float(x)
+    return x if math.isfinite(x) else ("nan" if math.isnan(x) else ("inf" if x > 0 else "-inf"))
 
 
 def _changed(old: Any, name: str, new_op: Any) -> bool:
@@ -902,7 +933,7 @@ async def _command(ls: GpuemuServer, name: str, params: dict[str, Any]) -> Any:
         return {"error": f"no op {op_name!r} in {s.config_path}"}
     try:
         if name == REPRODUCE:
-            return await _reproduce(ls, s, op_name, params["seed"])
+            return await _reproduce(ls, s, op_name, params["seed"], minimized=params.get("minimized", False))
         if name == MINIMIZE:
             return await _minimize(ls, s, op_name, params["seed"])
         if name == CALIBRATE:
@@ -945,6 +976,10 @@ def _param(what: str, key: str, value: Any) -> Any:
         if number is not None and not isinstance(value, str):
             return number
         raise JsonRpcInvalidParams(f"{what}: iterations must be an integer in 1..{MAX_ITERATIONS}, got {value!r}")
+    if key == "minimized":
+        if isinstance(value, bool):
+            return value
+        raise JsonRpcInvalidParams(f"{what}: minimized must be true or false, got {value!r}")
     if key == "seed":
         number = _integer(value, 0, MAX_SEED)
         if number is not None:
@@ -982,7 +1017,7 @@ COMMAND_KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {  # command 
     RUN_ALL: (("workspace", "op", "mode"), ()),
     RUN_QUICK: (("workspace", "op"), ()),
     RUN_THOROUGH: (("workspace", "op"), ()),
-    REPRODUCE: (("workspace", "op", "seed"), ("op", "seed")),
+    REPRODUCE: (("workspace", "op", "seed", "minimized"), ("op", "seed")),
     MINIMIZE: (("workspace", "op", "seed"), ("op", "seed")),
     CALIBRATE: (("workspace", "op", "iterations"), ("op",)),
 }
@@ -1026,7 +1061,9 @@ async def _with_progress(ls: GpuemuServer, s: WorkspaceSession, title: str, fn: 
             ls.token_jobs.pop(token, None)
 
 
-async def _reproduce(ls: GpuemuServer, s: WorkspaceSession, op_name: str, seed: int) -> dict[str, Any]:
+async def _reproduce(
+    ls: GpuemuServer, s: WorkspaceSession, op_name: str, seed: int, *, minimized: bool = False
+) -> dict[str, Any]:
     from .engine.cases.generate import generate_inputs
     from .engine.run.validate import RunOptions, replay_spec, run_validation
     from .engine.store.db import Store
@@ -1039,7 +1076,13 @@ async def _reproduce(ls: GpuemuServer, s: WorkspaceSession, op_name: str, seed: 
     def work(job: Job) -> dict[str, Any]:
         store = Store(s.store_file)
         try:
-            spec, snap, source = replay_spec(cfg, op, seed, store)
+            if minimized:  # the case `gpuemu minimize` stored (its shapes), as `gpuemu reproduce --minimized`
+                found = store.find_minimized(op.name, seed)
+                if found is None:
+                    raise ValueError(f"no minimized case for op {op.name!r} seed {seed}: minimize it first")
+                (spec, snap), source = found, "minimized snapshot"
+            else:
+                spec, snap, source = replay_spec(cfg, op, seed, store)
             result = run_validation(
                 cfg,
                 RunOptions(mode="reproduce", ops=[op.name], source="server", cancel=job.cancel),
@@ -1051,9 +1094,10 @@ async def _reproduce(ls: GpuemuServer, s: WorkspaceSession, op_name: str, seed: 
             store.close()
         case = result.outcomes[0].cases[0] if result.outcomes and result.outcomes[0].cases else None
         inputs = snap if snap is not None else generate_inputs(op, spec).logical
-        repro = write_repro(cfg, op, spec, inputs, case)
+        repro = write_repro(cfg, op, spec, inputs, case, label="_min" if minimized else "")
         return {
             "repro": str(repro),
+            "case": spec.to_dict(),
             "status": case.status if case else "not_run",
             "source": source,
             "kind": case.kind if case else None,

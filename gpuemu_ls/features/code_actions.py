@@ -46,6 +46,19 @@ def code_actions(session: WorkspaceSession, diagnostics: list[lsp.Diagnostic], t
                     is_preferred=True,
                 )
             )
+            mini = data.get("minimized")
+            if isinstance(mini, dict) and mini:  # `gpuemu minimize` stored a smaller case: offer it too
+                shapes = " ".join(f"{k}=[{', '.join(map(str, v))}]" for k, v in mini.items() if isinstance(v, list))
+                actions.append(
+                    lsp.CodeAction(
+                        f"Reproduce minimized case of {op_name} (seed {seed}, {shapes})",
+                        kind=lsp.CodeActionKind.QuickFix,
+                        diagnostics=[d],
+                        command=lsp.Command(
+                            "Reproduce minimized case", REPRODUCE, arguments=[{**args[0], "minimized": True}]
+                        ),
+                    )
+                )
             actions.append(
                 lsp.CodeAction(
                     f"Minimize test case of {op_name} (seed {seed})",

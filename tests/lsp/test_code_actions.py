@@ -116,6 +116,13 @@ async def test_reproduce_command_opens_a_failing_script(editor: Any, buggy_ws: A
     proc = await asyncio.to_thread(_run_repro, expected)
     assert proc.returncode == 1, (proc.stdout[-2000:], proc.stderr[-2000:])
     assert any(f"seed {seed}" in m and "still fails" in m for m in client.message_texts())
+    assert result["case"]["seed"] == seed and result["case"]["shapes"] == on_def.data["shapes"]
+    # the failing cases of opState carry the worst element (a client's expected/actual diff)
+    cases = [f for st in client.states(OP) for f in st.get("failures") or [] if f["seed"] == seed]
+    assert cases, client.states(OP)
+    worst = cases[-1]["worst"]
+    assert worst["output"] and len(worst["index"]) == 2, worst
+    assert abs(worst["op"] - worst["ref"]) > worst["allowed"] > 0, worst
 
 
 @pytest.mark.parametrize("editor", ["vscode"], indirect=True)
@@ -141,6 +148,19 @@ async def test_minimize_command_reports_progress_and_a_smaller_shape(editor: Any
     assert small[0] * small[1] < shape[0] * shape[1], (small, shape)
     assert small[1] % 128 != 0, "a minimized tail-mask case still needs a partial tile"
     assert f"minimized: x={small}" in d.message
+
+    # the minimized case is offered for reproduction too, and replays that small case
+    actions = await client.code_actions(src, [d])
+    title = f"Reproduce minimized case of {OP} (seed {seed}, x=[{small[0]}, {small[1]}])"
+    action = _by_title(actions, title)
+    assert action.command is not None and action.command.command == "gpuemu.reproduce"
+    (args,) = action.command.arguments or []
+    assert args == {"workspace": str(root.resolve()), "op": OP, "seed": seed, "minimized": True}
+    out = await client.execute("gpuemu.reproduce", args, timeout=120)
+    assert out["status"] == "failed" and out["case"]["shapes"] == {"x": small}, out
+    assert Path(out["repro"]).name == f"{OP}_{seed}_min.py"
+    bad = await client.execute("gpuemu.reproduce", {**args, "seed": seed + 100000}, timeout=60)
+    assert "no minimized case" in bad["error"]
 
 
 APPROX_PY = '''\
