@@ -174,6 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--include-lint", action="store_true", help="include kernel lint results")
     p.add_argument("--include-artifacts", action="store_true", help="include instruction histograms of kernels")
     p.add_argument("--merge", nargs="+", metavar="JSON", help="join these `--format json` outputs (CI shards)")
+    p.add_argument("--input", metavar="JSON", help="render one `--format json` output as it is (a shard's too)")
     p.add_argument("--show", type=int, default=SHOW_FAILURES, metavar="N", help="failure lines shown per op")
 
     p = sub.add_parser("baseline", help="store, show or diff a baseline (reviewable JSON under gpuemu-baselines/)")
@@ -551,17 +552,24 @@ def cmd_ci(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    if args.merge:
+    if args.input and args.merge:
+        raise UsageError("--input renders one results document; --merge joins several: use one of them")
+    if args.input or args.merge:
         docs = []
-        for f in args.merge:
+        for f in [args.input] if args.input else args.merge:
             try:
                 docs.append(json.loads(Path(f).read_text(encoding="utf-8")))
             except (OSError, json.JSONDecodeError) as exc:
                 raise UsageError(f"cannot read {f}: {exc}") from None
-        try:
-            doc = merge_documents(docs)
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
+        if args.input:
+            doc = docs[0]
+            if not isinstance(doc, dict) or not {"ops", "kernels", "summary", "exit_code"} <= set(doc):
+                raise UsageError(f"{args.input} is not a gpuemu results document (`--format json` output)")
+        else:
+            try:
+                doc = merge_documents(docs)
+            except ValueError as exc:
+                raise UsageError(str(exc)) from None
     else:
         cfg = load_workspace(args)
         since = time.time() - args.since_hours * 3600 if args.since_hours else None

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The GitHub Action's gate step (action.yml), runnable anywhere: it runs `gpuemu-ls --check` once, renders
+# the results as JSON, JUnit, SARIF and a Markdown job summary, and records the gate's exit code as the
+# step output `exit-code` instead of failing (the upload steps run first; the last step fails the job).
+#
+# Inputs (environment): GPUEMU_ACTION_PATH (workspace, default .), GPUEMU_ACTION_MODE (quick|thorough),
+# GPUEMU_ACTION_SHARD (K/N|auto|empty), GPUEMU_ACTION_BASELINE, GPUEMU_ACTION_FAIL_ON_REGRESSION (true|false),
+# GPUEMU_ACTION_OUT (folder for the reports); GitHub's GITHUB_OUTPUT and GITHUB_STEP_SUMMARY when present.
+set -uo pipefail
+
+ws="${GPUEMU_ACTION_PATH:-.}"
+out="${GPUEMU_ACTION_OUT:-gpuemu-reports}"
+mode="${GPUEMU_ACTION_MODE:-quick}"
+mkdir -p "$out"
+
+case "$mode" in
+  quick | thorough) ;;
+  *) echo "gpuemu-ls action: mode must be quick or thorough, got '$mode'" >&2; exit 2 ;;
+esac
+args=(--check "$ws" "--$mode" --format json --output "$out/gpuemu.json" --no-progress)
+[[ -n "${GPUEMU_ACTION_SHARD:-}" ]] && args+=(--shard "$GPUEMU_ACTION_SHARD")
+[[ -n "${GPUEMU_ACTION_BASELINE:-}" ]] && args+=(--baseline "$GPUEMU_ACTION_BASELINE")
+[[ "${GPUEMU_ACTION_FAIL_ON_REGRESSION:-false}" == "true" ]] && args+=(--fail-on-regression)
+
+gpuemu-ls "${args[@]}"
+code=$?
+
+if [[ -s "$out/gpuemu.json" ]]; then
+  for fmt in junit sarif markdown; do
+    ext=$fmt; [[ $fmt == junit ]] && ext=junit.xml; [[ $fmt == markdown ]] && ext=md
+    gpuemu report --input "$out/gpuemu.json" --format "$fmt" --output "$out/gpuemu.$ext" || code=$((code > 0 ? code : 1))
+  done
+  [[ -n "${GITHUB_STEP_SUMMARY:-}" ]] && cat "$out/gpuemu.md" >> "$GITHUB_STEP_SUMMARY"
+else
+  echo "gpuemu-ls action: the gate wrote no results (exit $code); see the log above" >&2
+  [[ -n "${GITHUB_STEP_SUMMARY:-}" ]] && echo "### gpuemu-ls: no results (exit $code), see the job log" >> "$GITHUB_STEP_SUMMARY"
+fi
+[[ -n "${GITHUB_OUTPUT:-}" ]] && echo "exit-code=$code" >> "$GITHUB_OUTPUT"
+echo "gpuemu-ls: exit $code; reports in $out"
+exit 0

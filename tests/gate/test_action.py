@@ -1,0 +1,93 @@
+"""The GitHub Action and the release workflow (issue 15, item 1): their YAML validates against the
+schemas GitHub documents (SchemaStore's, vendored by check-jsonschema), and the action's script step runs
+here as it runs on GitHub: one gate run, JSON + JUnit + SARIF + a Markdown job summary of the failures with
+their replay commands, the gate's exit code as the step output (the job fails in the last step)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+import yaml
+from gatekit import ROOT, VENV_BIN, copy_example, env
+
+ACTION = ROOT / "action.yml"
+GATE_SH = ROOT / "ci" / "action" / "gate.sh"
+
+
+@pytest.mark.parametrize(
+    ("path", "schema"),
+    [("action.yml", "vendor.github-actions"), (".github/workflows/release.yml", "vendor.github-workflows")],
+)
+def test_yaml_validates_against_githubs_schema(path: str, schema: str) -> None:
+    proc = subprocess.run(
+        [str(VENV_BIN / "check-jsonschema"), "--builtin-schema", schema, str(ROOT / path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_the_action_runs_its_gate_script_and_fails_in_its_last_step() -> None:
+    action = yaml.safe_load(ACTION.read_text())
+    steps = action["runs"]["steps"]
+    assert action["runs"]["using"] == "composite"
+    gate = next(s for s in steps if s.get("id") == "gate")
+    assert 'ci/action/gate.sh"' in gate["run"]
+    assert steps[-1]["run"].strip() == 'exit "${{ steps.gate.outputs.exit-code }}"'
+    assert {"path", "mode", "shard", "baseline"} <= set(action["inputs"])
+    uploads = [
+        s
+        for s in steps
+        if str(s.get("uses", "")).startswith(("github/codeql-action/upload-sarif", "actions/upload-artifact"))
+    ]
+    assert len(uploads) == 2 and all("always()" in s["if"] for s in uploads)
+
+
+def _run(ws: Path, tmp: Path, **inputs: str) -> tuple[subprocess.CompletedProcess, Path, dict[str, str]]:
+    out = tmp / "reports"
+    summary, outputs = tmp / "summary.md", tmp / "outputs.txt"
+    e = env(
+        GPUEMU_ACTION_PATH=str(ws),
+        GPUEMU_ACTION_OUT=str(out),
+        GITHUB_STEP_SUMMARY=str(summary),
+        GITHUB_OUTPUT=str(outputs),
+        **{f"GPUEMU_ACTION_{k.upper()}": v for k, v in inputs.items()},
+    )
+    proc = subprocess.run(["bash", str(GATE_SH)], cwd=tmp, env=e, capture_output=True, text=True, timeout=900)
+    got = dict(line.split("=", 1) for line in outputs.read_text().splitlines()) if outputs.exists() else {}
+    return proc, out, got
+
+
+def test_a_failing_workspace_gives_reports_a_summary_and_exit_code_1(tmp_path: Path) -> None:
+    ws = copy_example("buggy", tmp_path / "buggy")
+    proc, out, outputs = _run(ws, tmp_path, mode="quick")
+    assert proc.returncode == 0, proc.stdout + proc.stderr  # the step itself passes: uploads run next
+    assert outputs == {"exit-code": "1"}, (outputs, proc.stdout, proc.stderr)
+    doc = json.loads((out / "gpuemu.json").read_text())
+    failed = {e["name"] for e in doc["ops"] if e["status"] == "failed"}
+    assert "softmax_tail_mask" in failed and "softmax_tail_mask_ok" not in failed
+    cases = ET.parse(out / "gpuemu.junit.xml").getroot().iter("testcase")
+    assert sum(1 for c in cases if c.find("failure") is not None) == len(failed)
+    sarif = json.loads((out / "gpuemu.sarif").read_text())
+    assert sarif["version"] == "2.1.0" and sarif["runs"][0]["results"]
+    summary = (tmp_path / "summary.md").read_text()
+    assert summary.startswith("### gpuemu-ls: FAIL")
+    assert "replay: `gpuemu reproduce --op softmax_tail_mask --seed" in summary
+    assert "fails only if N % 128 \\!= 0" in summary or "fails only if N % 128 != 0" in summary, summary
+
+
+def test_a_passing_workspace_and_a_bad_input(tmp_path: Path) -> None:
+    ws = copy_example("quickstart", tmp_path / "qs")
+    shutil.rmtree(ws / ".gpuemu", ignore_errors=True)
+    proc, out, outputs = _run(ws, tmp_path, mode="quick", shard="1/2")
+    assert outputs == {"exit-code": "0"}, (outputs, proc.stdout, proc.stderr)
+    assert json.loads((out / "gpuemu.json").read_text())["shard"]
+    assert (tmp_path / "summary.md").read_text().startswith("### gpuemu-ls: PASS")
+    proc, _, outputs = _run(ws, tmp_path / "bad" if (tmp_path / "bad").mkdir() is None else tmp_path, mode="fast")
+    assert proc.returncode == 2 and "mode must be quick or thorough" in proc.stderr, proc.stderr
