@@ -204,3 +204,52 @@ def test_workers_have_a_default_memory_limit(tmp_path: Path, no_zygote: bool) ->
     failure = json.loads(proc.stdout)["ops"][0]["failures"][0]
     assert failure["kind"] == "op_error" and "MemoryError" in failure["message"], failure
     assert failure["line"] == relkit.line_of(root / "kern.py", "block = np.empty"), failure
+
+
+@pytest.mark.asyncio
+async def test_a_50_mb_edit_of_gpuemu_toml_keeps_the_server_answering(tmp_path: Path) -> None:
+    """A huge unsaved buffer (a paste gone wrong) is refused by size at once, not parsed for a minute while
+    hovers wait (issue 14, item 14): the hover answers within 3 s and the buffer gets one clear error."""
+    import asyncio
+    import time
+
+    from lsprotocol import types as lsp
+
+    root = relkit.good_ws(tmp_path / "ws")
+    toml = root / "gpuemu.toml"
+    kern = root / "kern.py"
+    client = await relkit.start_server(root)
+    try:
+        relkit.open_doc(client, toml)
+        relkit.open_doc(client, kern)
+        await relkit.request(client, "gpuemu/discoverOps", {}, timeout=60)
+        line = toml.read_text()
+        huge = line + "\n".join(f"# padding line {i:09d} " + "x" * 80 for i in range(50 * 2**20 // 100)) + "\n"
+        assert len(huge) > 50 * 2**20
+        relkit.change_doc(client, toml, huge, 2)
+        started = time.monotonic()
+        await asyncio.wait_for(
+            client.text_document_hover_async(
+                lsp.HoverParams(lsp.TextDocumentIdentifier(kern.resolve().as_uri()), lsp.Position(3, 5))
+            ),
+            30,
+        )
+        assert time.monotonic() - started < 3.0
+        got = await relkit.wait_for(
+            lambda: [d for d in relkit.diags(client, toml) if "MB, more than the 16 MB" in d.message],
+            30,
+            "the size diagnostic",
+            client,
+        )
+        assert got[0].range.start.line == 0
+    finally:
+        await relkit.force_close(client)
+
+
+def test_an_oversized_gpuemu_toml_is_a_configuration_error(tmp_path: Path) -> None:
+    root = relkit.good_ws(tmp_path / "ws")
+    toml = root / "gpuemu.toml"
+    with toml.open("a") as fh:
+        fh.write(("# " + "y" * 98 + "\n") * (17 * 2**20 // 100))
+    proc = relkit.run_cli(root, "ops")
+    assert proc.returncode == 2 and "more than the 16 MB" in proc.stderr and f"{toml}:1" in proc.stderr, proc.stderr

@@ -392,6 +392,7 @@ def load_config(root: Path, *, text: str | None = None, user_config: Path | None
         if why is not None:
             raise ConfigError([Problem(why, path, hint="replace it with the workspace's gpuemu.toml")])
         try:
+            _check_size(path, path.stat().st_size)
             text = path.read_text(encoding="utf-8")
         except FileNotFoundError:
             raise ConfigError(
@@ -399,6 +400,7 @@ def load_config(root: Path, *, text: str | None = None, user_config: Path | None
             ) from None
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError([Problem(f"cannot read {CONFIG_NAME}: {exc}", path)]) from None
+    _check_size(path, len(text))
     user_path = user_config if user_config is not None else user_config_path()
     user_raw: dict[str, Any] = {}
     if user_path.is_file():
@@ -406,6 +408,26 @@ def load_config(root: Path, *, text: str | None = None, user_config: Path | None
     raw, checker = _parse_checked(path, text, user=False)
     merged = _deep_merge(user_raw, raw)
     return checker.build(root, path, merged)
+
+
+#: The largest gpuemu.toml read: ten thousand ops take about 2 MB; a 50 MB file (a paste gone wrong, a
+#: generated file) would keep the pure-Python TOML parser busy for a minute, and an editor waiting on it.
+MAX_CONFIG_BYTES = 16 << 20
+
+
+def _check_size(path: Path, size: int) -> None:
+    if size > MAX_CONFIG_BYTES:
+        raise ConfigError(
+            [
+                Problem(
+                    f"{CONFIG_NAME} is {size / 2**20:.1f} MB, more than the {MAX_CONFIG_BYTES >> 20} MB a "
+                    "configuration may be",
+                    path,
+                    line=1,
+                    hint="keep generated data out of gpuemu.toml (ten thousand ops take about 2 MB)",
+                )
+            ]
+        )
 
 
 def _deepest_line(text: str) -> int:
