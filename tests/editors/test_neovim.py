@@ -270,7 +270,7 @@ def test_ops_quickfix_lists_every_op_with_status(session: dict[str, Any]) -> Non
     by_name = {i["user_data"]["name"]: i for i in items}
     for name, item in by_name.items():
         status = item["user_data"]["status"]
-        assert status in ("passed", "failed", "error", "not_run", "unknown", "running"), item
+        assert status in ("passed", "failed", "error", "not_run", "never run", "running"), item
         assert item["text"].startswith(f"[{status}] op {name}"), item
         assert item["filename"] and item["lnum"] >= 1
     bug = by_name[OP]
@@ -278,6 +278,12 @@ def test_ops_quickfix_lists_every_op_with_status(session: dict[str, Any]) -> Non
     assert Path(bug["filename"]) == Path(session["_ws"]) / OP_FILE
     assert bug["lnum"] == _def_line(BUGGY / OP_FILE, OP) + 1
     assert by_name[TWIN]["user_data"]["status"] == "passed"
+    # ops without a stored result (a fresh copy, right after attach) say so, never "[unknown]"
+    fresh = session["ops_at_attach"]
+    never = [i for i in fresh if i["user_data"]["status"] == "never run"]
+    assert len(never) >= 10, [i["text"] for i in fresh]
+    assert all(i["text"].startswith("[never run] op ") for i in never)
+    assert not any("[unknown]" in i["text"] for i in fresh + items)
 
 
 def test_run_command_runs_the_op(session: dict[str, Any]) -> None:
@@ -304,7 +310,7 @@ def test_failures_quickfix(session: dict[str, Any]) -> None:
     ops = {i["user_data"]["op"] for i in qf["items"]}
     assert OP in ops
     files = {Path(i["filename"]).name for i in qf["items"]}
-    assert {OP_FILE, "gpuemu.toml"} <= files  # the def line and the [[ops]] entry
+    assert OP_FILE in files  # the def line: one diagnostic per failure (its [[ops]] entry is related information)
 
 
 def test_checkhealth(session: dict[str, Any]) -> None:
@@ -384,3 +390,59 @@ def test_readme_fallback_starts_the_server(tmp_path: Path) -> None:
     snippet.write_text(_readme_fallback(), encoding="utf-8")
     r, wrapper = _attach(tmp_path, snippet)
     assert r["cmd"] == [str(wrapper)]
+
+
+def _one_line_messages(watched: dict[str, Any]) -> None:
+    """What a command showed: every message one line, and the message history got no multi-line entry
+    (a message longer than the command line, or several at once, is what stops on "Press ENTER")."""
+    for msg in watched["shown"]:
+        assert "\n" not in msg, watched
+    history = [line for line in watched["history"].split("\n") if line.strip()]
+    assert len(history) <= 3, watched
+    assert not any("Press ENTER" in line for line in history), watched
+
+
+def test_reproduce_opens_at_the_verdict_without_a_prompt(session: dict[str, Any]) -> None:
+    assert _step(session, "reproduce_command")["ok"], _explain(session)
+    watched = session["reproduce_messages"]
+    _one_line_messages(watched)
+    assert any("still fails" in m for m in watched["shown"]), watched
+    cur = session["repro_cursor"]
+    assert cur["buffer"].endswith(session["repro_expected"]), cur
+    assert cur["verdict"] and cur["line"] == cur["verdict"], cur
+    assert cur["text"].strip().startswith('print("FAILED: "'), cur
+
+
+def test_minimize_shows_the_server_text_verbatim_without_a_prompt(session: dict[str, Any]) -> None:
+    assert _step(session, "minimize")["ok"], _explain(session)
+    watched = session["minimize_messages"]
+    _one_line_messages(watched)
+    small = session["minimized_diag"]["minimized"]["x"]
+    said = [m for m in watched["shown"] if "minimized to" in m]
+    assert said, watched
+    # the server writes Python's list text: x=[1, 1]; the plugin re-serializing it would print x={1,1}
+    assert f"x=[{small[0]}, {small[1]}]" in said[0], said
+    assert "{" not in said[0], said
+
+
+def test_code_lenses_are_enabled(session: dict[str, Any]) -> None:
+    assert _step(session, "codelens")["ok"], _explain(session)
+    titles = [lens["title"] for lens in session["codelenses"] if lens["title"]]
+    assert any(t.startswith(f"gpuemu {OP}:") for t in titles), session["codelenses"]
+    def_line = _def_line(BUGGY / OP_FILE, OP)
+    assert any(lens["line"] == def_line for lens in session["codelenses"]), session["codelenses"]
+
+
+def test_statusline_counts_stored_and_never_run_ops(session: dict[str, Any]) -> None:
+    # discovery on attach fills the statusline from stored results; ops that never ran are counted as such
+    line = session["statusline_at_attach"]
+    assert line.startswith("gpuemu"), line
+    assert "·" in line, line  # the never-run count, from the discovery made on attach
+    assert session["statusline"].startswith("gpuemu") and "✗" in session["statusline"], session["statusline"]
+
+
+def test_debug_without_nvim_dap_says_why(session: dict[str, Any]) -> None:
+    assert not session["has_dap"]
+    watched = session["debug_messages"]
+    _one_line_messages(watched)
+    assert any(":GpuemuDebug needs nvim-dap" in m and "python " in m for m in watched["shown"]), watched

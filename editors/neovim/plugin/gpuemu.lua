@@ -41,3 +41,11 @@ end, { nargs = '*', desc = 'gpuemu: reproduce the failure under the cursor (or O
 command('GpuemuMinimize', function(o)
   gpuemu().minimize(o.fargs)
 end, { nargs = '*', desc = 'gpuemu: minimize the failure under the cursor (or OP SEED)' })
+
+command('GpuemuDebug', function(o)
+  gpuemu().debug(o.fargs)
+end, { nargs = '*', desc = 'gpuemu: debug the reproduction of the failure under the cursor with nvim-dap' })
+
+command('GpuemuDetails', function()
+  gpuemu().show_details()
+end, { desc = 'gpuemu: the whole text of the last message cut to one line, in a float' })

@@ -4,6 +4,7 @@
  */
 import * as fs from "node:fs";
 import * as os from "node:os";
+import * as path from "node:path";
 import * as vscode from "vscode";
 import {
   CloseAction,
@@ -13,21 +14,29 @@ import {
   LanguageClient,
   LanguageClientOptions,
   ParameterStructures,
+  MessageType,
   RequestType,
   ServerOptions,
+  ShowMessageNotification,
   State,
 } from "vscode-languageclient/node";
 import {
   DiscoverResult,
   FailureTarget,
   OpState,
+  ReproduceResult,
   RunOpsResult,
   TreeLeaf,
   failureTarget,
+  isCommandResultMessage,
+  parseCaseKey,
+  reproLines,
+  reproduceSummary,
   serverSettings,
+  shapesLabel,
   statusSummary,
 } from "./model";
-import { ResolvedServer, resolveServer } from "./serverPath";
+import { ResolvedServer, findCheckout, installCommand, missingServerMessage, resolveServer } from "./serverPath";
 import { GpuemuTests, RunMode } from "./testing";
 
 const DISCOVER = "gpuemu/discoverOps";
@@ -67,6 +76,30 @@ const STATUS_ICON: Record<string, string> = {
   unknown: "$(circle-outline)",
 };
 
+/** The part of the Python extension's API (ms-python.python) used here: the selected interpreter. */
+interface PythonExtensionApi {
+  environments?: {
+    getActiveEnvironmentPath(resource?: vscode.Uri): { id: string; path: string };
+    resolveEnvironment(env: { id: string; path: string } | string): Promise<{ executable?: { uri?: vscode.Uri } } | undefined>;
+    onDidChangeActiveEnvironmentPath?: vscode.Event<unknown>;
+  };
+}
+
+const PYTHON_EXTENSION = "ms-python.python";
+const DEBUGPY_EXTENSION = "ms-python.debugpy";
+
+function fileExists(f: string): boolean {
+  try {
+    return fs.statSync(f).isFile();
+  } catch {
+    return false;
+  }
+}
+
+function shellQuote(s: string): string {
+  return /^[\w@%+=:,./-]+$/.test(s) ? s : `'${s.replace(/'/g, "'\\''")}'`;
+}
+
 export interface GpuemuApi {
   /** For tests: the running client (if any) and the latest state of each op. */
   client(): LanguageClient | undefined;
@@ -83,6 +116,13 @@ class GpuemuExtension implements vscode.Disposable {
   readonly tests: GpuemuTests;
   private readonly disposables: vscode.Disposable[] = [];
   private discoverTimer: ReturnType<typeof setTimeout> | undefined;
+  /** The server last resolved (its Python runs reproductions and installs). */
+  private server: ResolvedServer | undefined;
+  private interpreter: string | undefined;
+  /** Reproduce/minimize requests in flight: their result messages are shown by the extension, once. */
+  private commandsInFlight = 0;
+  private missingShown = false;
+  private pythonListener: vscode.Disposable | undefined;
 
   constructor() {
     this.output = vscode.window.createOutputChannel("gpuemu-ls", { log: true });
@@ -94,6 +134,8 @@ class GpuemuExtension implements vscode.Disposable {
       runOps: (params, token) => this.runOps(params, token),
       trusted: () => vscode.workspace.isTrusted,
       log: (m) => this.output.info(m),
+      debugCase: (target) => this.debugCase(target),
+      validatesOnSave: () => vscode.workspace.getConfiguration("gpuemu").get<boolean>("onSave") !== false,
     });
     this.disposables.push(
       this.output,
@@ -121,8 +163,34 @@ class GpuemuExtension implements vscode.Disposable {
     return serverSettings((key) => cfg.get(key), vscode.workspace.isTrusted);
   }
 
-  private resolve(): ResolvedServer {
+  /** The Python extension's selected interpreter (its executable), when that extension is installed. */
+  private async pythonInterpreter(): Promise<string | undefined> {
+    const ext = vscode.extensions.getExtension<PythonExtensionApi>(PYTHON_EXTENSION);
+    if (!ext) return undefined;
+    try {
+      const api = ext.isActive ? ext.exports : await ext.activate();
+      const envs = api?.environments;
+      if (!envs) return undefined;
+      if (!this.pythonListener && envs.onDidChangeActiveEnvironmentPath) {
+        this.pythonListener = envs.onDidChangeActiveEnvironmentPath(() => {
+          this.output.info("the selected Python interpreter changed: restarting gpuemu-ls");
+          void this.restartClient();
+        });
+        this.disposables.push(this.pythonListener);
+      }
+      const folder = vscode.workspace.workspaceFolders?.[0]?.uri;
+      const active = envs.getActiveEnvironmentPath(folder);
+      const env = await envs.resolveEnvironment(active);
+      return env?.executable?.uri?.fsPath ?? active?.path;
+    } catch (err) {
+      this.output.warn(`could not ask the Python extension for its interpreter: ${String(err)}`);
+      return undefined;
+    }
+  }
+
+  private async resolve(): Promise<ResolvedServer> {
     const cfg = vscode.workspace.getConfiguration("gpuemu");
+    this.interpreter = vscode.workspace.isTrusted ? await this.pythonInterpreter() : undefined;
     return resolveServer({
       configured: cfg.get<string>("server.command") ?? "",
       args: cfg.get<string[]>("server.args") ?? [],
@@ -130,13 +198,81 @@ class GpuemuExtension implements vscode.Disposable {
       trusted: vscode.workspace.isTrusted,
       platform: process.platform,
       home: os.homedir(),
-      exists: (f) => {
-        try {
-          return fs.statSync(f).isFile();
-        } catch {
-          return false;
-        }
-      },
+      exists: fileExists,
+      interpreter: this.interpreter,
+      pathEnv: process.env.PATH,
+    });
+  }
+
+  /** The Python that runs reproductions in a terminal and takes `pip install`. */
+  private python(): string {
+    if (this.interpreter) return this.interpreter;
+    if (this.server?.python) return this.server.python;
+    for (const f of this.folders()) {
+      const venv = process.platform === "win32" ? path.join(f, ".venv", "Scripts", "python.exe") : path.join(f, ".venv", "bin", "python");
+      if (vscode.workspace.isTrusted && fileExists(venv)) return venv;
+    }
+    return process.platform === "win32" ? "python" : "python3";
+  }
+
+  /** One message for a server that is not installed, with Install (pip into the interpreter), Settings and Log. */
+  private reportMissing(server: ResolvedServer): void {
+    const msg = missingServerMessage(server, this.interpreter);
+    this.output.error(`${msg} Not starting it.`);
+    this.updateStatus("not installed");
+    if (this.missingShown) return;
+    this.missingShown = true;
+    const python = this.python();
+    void vscode.window.showErrorMessage(`${msg} Install it into ${python}?`, "Install", "Open Settings", "Show Log").then((pick) => {
+      this.missingShown = false;
+      if (pick === "Install") void this.installServer();
+      if (pick === "Open Settings") void vscode.commands.executeCommand("workbench.action.openSettings", "gpuemu.server");
+      if (pick === "Show Log") this.output.show();
+    });
+  }
+
+  /** `python -m pip install <checkout>` into the selected interpreter, as a task; restarts the server when it succeeds. */
+  async installServer(): Promise<void> {
+    const python = this.python();
+    const configured = vscode.workspace.getConfiguration("gpuemu").get<string>("server.installSource") ?? "";
+    const read = (f: string) => {
+      try {
+        return fs.readFileSync(f, "utf8");
+      } catch {
+        return undefined;
+      }
+    };
+    let source = configured.trim() || this.folders().map((f) => findCheckout(f, read, process.platform)).find((c) => c !== undefined);
+    if (!source) {
+      const picked = await vscode.window.showOpenDialog({
+        title: "gpuemu-ls is not on PyPI yet: choose your gpuemu-ls checkout (or a built wheel) to install",
+        canSelectFolders: true,
+        canSelectFiles: true,
+        filters: { "Python wheel": ["whl"] },
+        openLabel: "Install gpuemu-ls from here",
+      });
+      source = picked?.[0]?.fsPath;
+      if (!source) return;
+    }
+    const cmd = installCommand(python, source);
+    this.output.info(`installing gpuemu-ls: ${cmd.command} ${cmd.args.join(" ")}`);
+    const task = new vscode.Task(
+      { type: "gpuemu", task: "install-server" },
+      vscode.TaskScope.Workspace,
+      "install gpuemu-ls",
+      "gpuemu",
+      new vscode.ProcessExecution(cmd.command, cmd.args),
+    );
+    const execution = await vscode.tasks.executeTask(task);
+    const sub = vscode.tasks.onDidEndTaskProcess((e) => {
+      if (e.execution !== execution) return;
+      sub.dispose();
+      if (e.exitCode === 0) {
+        void vscode.window.showInformationMessage(`gpuemu-ls installed into ${python}: starting it.`);
+        void this.restartClient();
+      } else {
+        void vscode.window.showErrorMessage(`pip install of gpuemu-ls into ${python} failed (exit ${e.exitCode}); see the terminal.`);
+      }
     });
   }
 
@@ -149,7 +285,12 @@ class GpuemuExtension implements vscode.Disposable {
   }
 
   private async doStart(): Promise<void> {
-    const server = this.resolve();
+    const server = await this.resolve();
+    this.server = server;
+    if (server.missing) {
+      this.reportMissing(server);
+      return;
+    }
     this.output.info(
       `starting ${server.command} ${server.args.join(" ")} (from ${server.source}; workspace ${
         vscode.workspace.isTrusted ? "trusted" : "NOT trusted: configuration diagnostics only"
@@ -177,6 +318,17 @@ class GpuemuExtension implements vscode.Disposable {
         closed: () => ({ action: CloseAction.DoNotRestart, message: "gpuemu-ls stopped; see the gpuemu-ls output" }),
       },
       middleware: {
+        window: {
+          // a reproduction opens at its verdict line in a real (not preview) tab
+          showDocument: async (params, token, next) => {
+            const uri = vscode.Uri.parse(params.uri);
+            if (uri.scheme === "file" && /[\\/]\.gpuemu[\\/]repro[\\/][^\\/]+\.py$/.test(uri.fsPath)) {
+              await this.openRepro(uri.fsPath);
+              return { success: true };
+            }
+            return next(params, token);
+          },
+        },
         workspace: {
           // the server asks for section "gpuemu": answer its options only (server.* is ours)
           configuration: async (params, token, next) => {
@@ -206,11 +358,27 @@ class GpuemuExtension implements vscode.Disposable {
         },
       });
     client.onNotification(OP_STATE, (s: OpState) => this.tests.handleState(s));
+    // window/showMessage as the client shows it, except the results of reproduce/minimize requests
+    // this extension made: it shows those itself, once, with its own buttons
+    client.onNotification(ShowMessageNotification.type, (m) => {
+      if (this.commandsInFlight > 0 && isCommandResultMessage(m.message)) {
+        this.output.info(m.message);
+        return;
+      }
+      const show =
+        m.type === MessageType.Error
+          ? vscode.window.showErrorMessage
+          : m.type === MessageType.Warning
+            ? vscode.window.showWarningMessage
+            : vscode.window.showInformationMessage;
+      void show(m.message);
+    });
     client.onDidChangeState((e) => {
       this.updateStatus();
       if (e.newState === State.Stopped) this.output.warn("gpuemu-ls stopped");
     });
     this.client = client;
+    this.updateStatus();
     try {
       await client.start();
     } catch (err) {
@@ -251,6 +419,7 @@ class GpuemuExtension implements vscode.Disposable {
   configurationChanged(e: vscode.ConfigurationChangeEvent): void {
     if (!e.affectsConfiguration("gpuemu")) return;
     if (e.affectsConfiguration("gpuemu.server")) {
+      this.output.info("gpuemu.server settings changed: restarting gpuemu-ls");
       void this.restartClient();
       return;
     }
@@ -288,11 +457,17 @@ class GpuemuExtension implements vscode.Disposable {
   }
 
   // --- status bar ----------------------------------------------------------------------------------
-  private updateStatus(): void {
+  private updateStatus(override?: string): void {
     const state = this.client?.state;
     const serverState =
-      this.client === undefined ? "stopped" : state === State.Running ? "running" : state === State.Starting ? "starting" : "stopped";
-    const s = statusSummary(this.tests.states.values(), { trusted: vscode.workspace.isTrusted, serverState });
+      override ??
+      (this.client === undefined ? "stopped" : state === State.Running ? "running" : state === State.Starting ? "starting" : "stopped");
+    const kernels = this.tests.allLeaves().some((l) => l.kind === "kernel");
+    const s = statusSummary(this.tests.states.values(), {
+      trusted: vscode.workspace.isTrusted,
+      serverState,
+      noun: kernels ? "ops and kernels" : "ops",
+    });
     this.status.text = s.text;
     this.status.tooltip = s.tooltip;
     this.status.command = serverState === "running" ? "gpuemu.showFailures" : "gpuemu.showOutput";
@@ -432,7 +607,131 @@ class GpuemuExtension implements vscode.Disposable {
     const t = await this.failureFor(args, title);
     if (!t) return undefined;
     const workspace = t.workspace ?? this.tests.allLeaves().find((l) => l.label === t.op)?.workspace;
-    return this.executeServerCommand(command, { workspace, op: t.op, seed: t.seed });
+    if (command === "gpuemu.minimize") {
+      this.commandsInFlight += 1;
+      try {
+        const out = (await this.executeServerCommand(command, { workspace, op: t.op, seed: t.seed })) as
+          | { minimized?: { shapes?: Record<string, number[]> }; trials?: number; repro?: string; error?: string }
+          | undefined;
+        if (out && !out.error && out.minimized) {
+          const text = `gpuemu: ${t.op} seed ${t.seed} minimized to ${shapesLabel(out.minimized.shapes)}${out.trials ? ` in ${out.trials} trials` : ""}`;
+          void vscode.window.showInformationMessage(text, "Reproduce Minimized Case").then((pick) => {
+            if (pick) void this.reproduce({ workspace, op: t.op, seed: t.seed, minimized: true });
+          });
+        }
+        return out;
+      } finally {
+        this.commandsInFlight -= 1;
+      }
+    }
+    let minimized = t.minimized;
+    if (minimized === undefined && t.minimizedShapes && !(Array.isArray(args) ? args[0] : args)) {
+      // the diagnostic has a minimized case: offer it next to the original
+      const pick = await vscode.window.showQuickPick(
+        [
+          { label: `$(debug-restart) Minimized case`, description: shapesLabel(t.minimizedShapes), minimized: true },
+          { label: `$(debug-alt) Original case`, description: `seed ${t.seed}`, minimized: false },
+        ],
+        { title: `gpuemu: reproduce ${t.op} seed ${t.seed}: which case?` },
+      );
+      if (!pick) return undefined;
+      minimized = pick.minimized;
+    }
+    return this.reproduce({ workspace, op: t.op, seed: t.seed, minimized });
+  }
+
+  /** Reproduce a case: the server writes .gpuemu/repro/<op>_<seed>.py; it opens at its verdict line with a summary. */
+  private async reproduce(t: { workspace?: string; op: string; seed: number; minimized?: boolean }): Promise<ReproduceResult | undefined> {
+    this.commandsInFlight += 1;
+    let out: ReproduceResult | undefined;
+    try {
+      const args: Record<string, unknown> = { workspace: t.workspace, op: t.op, seed: t.seed };
+      if (t.minimized) args.minimized = true;
+      out = (await this.executeServerCommand("gpuemu.reproduce", args)) as ReproduceResult | undefined;
+    } finally {
+      this.commandsInFlight -= 1;
+    }
+    if (!out || out.error || !out.repro) {
+      if (out?.error) void vscode.window.showWarningMessage(`gpuemu: reproduce ${t.op} seed ${t.seed}: ${out.error}`);
+      return out;
+    }
+    const repro = out.repro;
+    await this.openRepro(repro);
+    const summary = reproduceSummary(t.op, t.seed, out, t.minimized);
+    this.output.info(`${summary} (${repro})`);
+    const show = out.status === "passed" ? vscode.window.showInformationMessage : vscode.window.showWarningMessage;
+    void show(summary, "Run in Terminal", "Debug").then((pick) => {
+      if (pick === "Run in Terminal") this.runInTerminal(repro, t.workspace);
+      if (pick === "Debug") void this.debugRepro(repro, t.workspace).then((why) => why && void vscode.window.showWarningMessage(why));
+    });
+    return out;
+  }
+
+  /** Open a reproduction in a real tab with the cursor on its verdict line (where it says FAILED / PASSED). */
+  private async openRepro(file: string): Promise<void> {
+    const doc = await vscode.workspace.openTextDocument(vscode.Uri.file(file));
+    const line = reproLines(doc.getText()).verdict ?? 0;
+    const pos = new vscode.Position(line, doc.lineAt(line).firstNonWhitespaceCharacterIndex);
+    await vscode.window.showTextDocument(doc, {
+      preview: false,
+      selection: new vscode.Range(pos, pos),
+      viewColumn: vscode.ViewColumn.Active,
+    });
+    vscode.window.activeTextEditor?.revealRange(new vscode.Range(pos, pos), vscode.TextEditorRevealType.InCenter);
+  }
+
+  private runInTerminal(repro: string, workspace?: string): void {
+    const cwd = workspace ?? path.dirname(path.dirname(path.dirname(repro)));
+    const terminal = vscode.window.createTerminal({ name: `gpuemu: ${path.basename(repro)}`, cwd });
+    terminal.show();
+    const rel = path.relative(cwd, repro);
+    terminal.sendText(`${shellQuote(this.python())} ${shellQuote(rel.startsWith("..") ? repro : rel)}`);
+  }
+
+  /**
+   * Debug a reproduction with the Python extension's debugger (debugpy), stopping where the op is
+   * called. Resolves to why not when it cannot (no Python extension), else undefined once started.
+   */
+  private async debugRepro(repro: string, workspace?: string): Promise<string | undefined> {
+    const debugpy = vscode.extensions.getExtension(DEBUGPY_EXTENSION);
+    const python = vscode.extensions.getExtension(PYTHON_EXTENSION);
+    if (!debugpy && !python) {
+      return (
+        `gpuemu: Debug needs the Python extension (${PYTHON_EXTENSION}, with its debugger ${DEBUGPY_EXTENSION}), which is not installed; ` +
+        `install it, or run the reproduction in a terminal: python ${path.basename(repro)}`
+      );
+    }
+    const doc = await vscode.workspace.openTextDocument(vscode.Uri.file(repro));
+    const call = reproLines(doc.getText()).call;
+    if (call !== undefined) {
+      const loc = new vscode.Location(doc.uri, new vscode.Position(call, 0));
+      const already = vscode.debug.breakpoints.some(
+        (b) => b instanceof vscode.SourceBreakpoint && b.location.uri.toString() === doc.uri.toString() && b.location.range.start.line === call,
+      );
+      if (!already) vscode.debug.addBreakpoints([new vscode.SourceBreakpoint(loc, true)]);
+    }
+    const folder = vscode.workspace.getWorkspaceFolder(doc.uri) ?? vscode.workspace.workspaceFolders?.[0];
+    const config: vscode.DebugConfiguration = {
+      type: debugpy ? "debugpy" : "python",
+      request: "launch",
+      name: `gpuemu: debug ${path.basename(repro)}`,
+      program: repro,
+      cwd: workspace ?? folder?.uri.fsPath,
+      console: "integratedTerminal",
+      justMyCode: false,
+    };
+    if (this.interpreter) config.python = this.interpreter;
+    const ok = await vscode.debug.startDebugging(folder, config);
+    return ok ? undefined : `gpuemu: the Python debugger did not start for ${path.basename(repro)} (see the Debug Console)`;
+  }
+
+  /** Debug profile of the Test Explorer: reproduce the case, then debug the reproduction. */
+  private async debugCase(t: { workspace: string; op: string; seed: number }): Promise<string | undefined> {
+    const out = await this.reproduce(t);
+    if (!out?.repro) return `gpuemu: no reproduction of ${t.op} seed ${t.seed}${out?.error ? `: ${out.error}` : ""}`;
+    const why = await this.debugRepro(out.repro, t.workspace);
+    if (why) void vscode.window.showWarningMessage(why, "Run in Terminal").then((pick) => pick && this.runInTerminal(out.repro as string, t.workspace));
+    return why;
   }
 
   private async showFailures(): Promise<void> {
@@ -489,6 +788,16 @@ class GpuemuExtension implements vscode.Disposable {
       return leaf ? this.executeServerCommand("gpuemu.calibrate", { workspace: leaf.workspace, op: leaf.label }) : undefined;
     });
     reg("gpuemu.showFailures", () => this.showFailures());
+    reg("gpuemu.installServer", () => this.installServer());
+    // a failing case's child item in the Test Explorer (its context menu and inline button)
+    reg("gpuemu.reproduceTestCase", async (...args) => {
+      const item = args[0] as vscode.TestItem | undefined;
+      const c = item ? parseCaseKey(item.id) : undefined;
+      const t = item ? this.tests.caseTarget(item) : undefined;
+      if (!c || !t || t.seed === undefined) return undefined;
+      if (!this.requireTrust()) return undefined;
+      return this.reproduce({ workspace: t.leaf.workspace, op: t.leaf.label, seed: t.seed });
+    });
     reg("gpuemu.showOutput", () => this.output.show());
     reg("gpuemu.restartServer", () => this.restartClient());
   }

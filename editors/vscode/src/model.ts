@@ -57,10 +57,28 @@ export interface Failure {
   tolerance?: number[] | null;
   message?: string | null;
   replay?: string;
+  /** The worst element of the case (gpuemu-ls >= round 2): where op and reference differ most. */
+  worst?: WorstElement | null;
   // lint findings
   file?: string | null;
   line?: number | null;
   code?: string | null;
+}
+
+/** Values JSON cannot hold come as strings: "nan", "inf", "-inf". */
+export type JsonNumber = number | string | null;
+
+export interface WorstElement {
+  output: string;
+  index: number[];
+  op: JsonNumber;
+  ref: JsonNumber;
+  allowed?: JsonNumber;
+  firstIndex?: number[] | null;
+  mismatches?: number;
+  total?: number;
+  /** First element of each non-finite failure kind (unexpected_nan, ...): {index, op, ref}. */
+  examples?: Record<string, { index: number[]; op: JsonNumber; ref: JsonNumber }>;
 }
 
 export type OpStateName =
@@ -115,8 +133,12 @@ export interface TreeLeaf {
   label: string;
   description?: string;
   kind: "op" | "kernel";
+  /** Where the item lives (its run icon's gutter): the op's function or script, else its gpuemu.toml entry. */
   uri: string;
   range: Range;
+  /** Its gpuemu.toml entry. */
+  entryUri: string;
+  entryRange: Range;
   sourceUri?: string;
   sourceRange?: Range;
   status: string;
@@ -175,8 +197,10 @@ export function buildTree(result: DiscoverResult | null | undefined, folders: Fo
       label: it.name,
       description: it.kind === "kernel" ? "kernel" : undefined,
       kind: it.kind,
-      uri: it.uri,
-      range: it.range,
+      uri: it.sourceUri && it.sourceRange ? it.sourceUri : it.uri,
+      range: it.sourceUri && it.sourceRange ? it.sourceRange : it.range,
+      entryUri: it.uri,
+      entryRange: it.range,
       sourceUri: it.sourceUri ?? undefined,
       sourceRange: it.sourceRange ?? undefined,
       status: it.status ?? "unknown",
@@ -210,6 +234,17 @@ export interface MessageSpec {
   text: string;
   /** "source": at the op's function/script; "entry": at its gpuemu.toml entry; or an explicit file/line. */
   at: "source" | "entry" | { file: string; line: number };
+  /** Expected (reference) and actual (op) text for TestMessage.diff. */
+  diff?: { expected: string; actual: string };
+}
+
+/** A failing case of an op: a child item of the op in the Test Explorer. */
+export interface CaseChild {
+  seed: number;
+  label: string;
+  description: string;
+  message: MessageSpec;
+  failure: Failure;
 }
 
 export interface Outcome {
@@ -218,6 +253,8 @@ export interface Outcome {
   messages: MessageSpec[];
   /** A line for the run's output (Test Results terminal), without line ending. */
   output?: string;
+  /** Failing cases (terminal outcomes of ops only; [] when it passed: children are cleared). */
+  cases?: CaseChild[];
 }
 
 const TERMINAL = new Set(["passed", "failed", "error", "errored", "not_run", "cancelled"]);
@@ -265,6 +302,83 @@ export function formatFailure(f: Failure, op?: string): string {
   return text;
 }
 
+/** The case a failure ran: `seed=1238 dtype=float32 x=[15, 9] layout=contiguous dist=boundary`. */
+export function caseLine(f: Failure): string {
+  return [
+    f.seed !== undefined ? `seed=${f.seed}` : "",
+    f.dtype ? `dtype=${f.dtype}` : "",
+    shapesText(f.shapes),
+    f.layout ? `layout=${f.layout}` : "",
+    f.distribution ? `dist=${f.distribution}` : "",
+  ]
+    .filter(Boolean)
+    .join(" ");
+}
+
+/** A value of the payload as text: numbers with full precision, "nan"/"inf" as NaN/inf. */
+export function valueText(x: JsonNumber | undefined): string {
+  if (x === null || x === undefined) return "?";
+  if (typeof x === "string") return x === "nan" ? "NaN" : x === "-inf" ? "-inf" : x === "inf" ? "inf" : x;
+  return Number.isInteger(x) ? x.toFixed(1) : String(x);
+}
+
+function indexText(index: number[] | null | undefined): string {
+  return `[${(index ?? []).join(", ")}]`;
+}
+
+/**
+ * Expected (reference) and actual (op) for TestMessage.diff, at the case's worst element and at the
+ * first element of each non-finite failure kind: one line per element, so the diff editor lines
+ * them up; a header line both sides share names the case and the tolerance there.
+ */
+export function failureDiff(f: Failure): { expected: string; actual: string } | undefined {
+  const w = f.worst;
+  if (!w || !w.index) return undefined;
+  const header = [`# ${caseLine(f)}`];
+  if (w.allowed !== undefined && w.allowed !== null) header.push(`# allowed |op - reference| at ${w.output}${indexText(w.index)}: ${valueText(w.allowed)}`);
+  if (w.mismatches !== undefined && w.total !== undefined) header.push(`# ${w.mismatches} of ${w.total} elements of ${w.output} off tolerance`);
+  const rows: { where: string; op: JsonNumber; ref: JsonNumber }[] = [
+    { where: `${w.output}${indexText(w.index)}`, op: w.op, ref: w.ref },
+  ];
+  for (const [kind, ex] of Object.entries(w.examples ?? {})) {
+    const where = `${w.output}${indexText(ex.index)}`;
+    if (rows.some((r) => r.where === where)) continue;
+    rows.push({ where: `${where}  (first ${kind})`, op: ex.op, ref: ex.ref });
+  }
+  const side = (pick: "op" | "ref") => [...header, ...rows.map((r) => `${r.where} = ${valueText(r[pick])}`)].join("\n") + "\n";
+  return { expected: side("ref"), actual: side("op") };
+}
+
+/** The message of one failing case: the case line, the comparison, the diagnosis, the replay command. */
+export function caseMessage(f: Failure, op: string, diagnosis?: string): string {
+  const lines = [`${op} [${f.kind ?? f.status ?? "failed"}] ${caseLine(f)}`];
+  if (f.message) lines.push(f.message);
+  else if (f.maxAbs !== undefined && f.maxAbs !== null) {
+    const tol = f.tolerance && f.tolerance.length >= 2 ? ` vs atol=${num(f.tolerance[0])} rtol=${num(f.tolerance[1])}` : "";
+    lines.push(`max abs err ${num(f.maxAbs)}${tol}`);
+  }
+  if (f.worst && f.worst.index) {
+    lines.push(
+      `worst element ${f.worst.output}${indexText(f.worst.index)}: op ${valueText(f.worst.op)}, reference ${valueText(f.worst.ref)}` +
+        (f.worst.allowed !== undefined && f.worst.allowed !== null ? `, allowed ±${valueText(f.worst.allowed)}` : ""),
+    );
+  }
+  if (diagnosis) lines.push(`diagnosis: ${diagnosis}`);
+  if (f.replay) lines.push(`replay: ${f.replay}`);
+  return lines.join("\n");
+}
+
+/** Test item id of a failing case of an op (a child of the op's item). */
+export function caseKey(opKey: string, seed: number): string {
+  return `${opKey}::seed:${seed}`;
+}
+
+/** The op's key and the seed of a case item id, or undefined for other ids. */
+export function parseCaseKey(key: string): { opKey: string; seed: number } | undefined {
+  const m = /^(.*)::seed:(\d+)$/.exec(key);
+  return m ? { opKey: m[1], seed: Number(m[2]) } : undefined;
+}
+
 /** The summary line of an op result: its message and diagnosis. */
 export function summaryText(state: { name: string; state: string; message?: string; diagnosis?: string }): string {
   const lines = [`${state.name}: ${state.state.replace("_", " ")}${state.message ? ` - ${state.message}` : ""}`];
@@ -291,6 +405,7 @@ export function stateToOutcome(s: OpState): Outcome {
         type: "passed",
         terminal: true,
         messages: [],
+        cases: [],
         output: `PASS ${s.name}${s.cases !== undefined ? ` (${s.cases} cases)` : ""}${s.message ? `: ${s.message}` : ""}`,
       };
     case "failed":
@@ -299,6 +414,7 @@ export function stateToOutcome(s: OpState): Outcome {
     case "not_run": {
       const summary = summaryText(s);
       const messages: MessageSpec[] = [];
+      let cases: CaseChild[] = [];
       if (s.kind === "kernel") {
         const located = failures.filter((f) => f.file && f.line);
         messages.push({ text: summary, at: "source" });
@@ -306,14 +422,22 @@ export function stateToOutcome(s: OpState): Outcome {
           messages.push({ text: formatFailure(f), at: { file: f.file as string, line: f.line as number } });
         }
       } else if (failures.length) {
-        messages.push({ text: `${summary}\n\n${formatFailure(failures[0], s.name)}`, at: "source" });
-        for (const f of failures.slice(1, MAX_MESSAGES)) messages.push({ text: formatFailure(f, s.name), at: "source" });
-        if (failures.length > MAX_MESSAGES) {
-          messages.push({
-            text: `${failures.length - MAX_MESSAGES} more failing case(s): gpuemu failures --op ${s.name}`,
-            at: "entry",
-          });
-        }
+        const withSeed = failures.filter((f) => f.seed !== undefined);
+        failures.slice(0, MAX_MESSAGES).forEach((f, i) => {
+          const text = caseMessage(f, s.name, s.diagnosis);
+          const more =
+            i === 0 && failures.length > MAX_MESSAGES
+              ? `\n(${failures.length - MAX_MESSAGES} more failing case(s) are children of ${s.name} in the Test Explorer)`
+              : "";
+          messages.push({ text: (i === 0 ? `${s.name}: ${s.state.replace("_", " ")}${s.message ? ` - ${s.message}` : ""}\n` : "") + text + more, at: "source", diff: failureDiff(f) });
+        });
+        cases = withSeed.map((f) => ({
+          seed: f.seed as number,
+          label: `seed ${f.seed}`,
+          description: [f.dtype, shapesText(f.shapes), f.layout, f.distribution].filter(Boolean).join(" "),
+          message: { text: caseMessage(f, s.name, s.diagnosis), at: "source" as const, diff: failureDiff(f) },
+          failure: f,
+        }));
       } else {
         const text =
           s.state === "not_run" && !s.message ? `${s.name}: not run (nothing runnable here counts as a failure)` : summary;
@@ -327,6 +451,7 @@ export function stateToOutcome(s: OpState): Outcome {
         terminal: true,
         messages,
         output: `${s.state.toUpperCase()} ${s.name}${counts}${s.message ? `: ${s.message}` : ""}`,
+        cases: s.kind === "kernel" || s.failures === undefined ? undefined : cases,
       };
     }
     case "cancelled":
@@ -392,14 +517,19 @@ export interface StatusSummary {
 const BAD = new Set(["failed", "error", "errored", "not_run"]);
 
 /** idle / running N / N failed, from the latest state of each op and kernel. */
-export function statusSummary(states: Iterable<string>, extra?: { trusted?: boolean; serverState?: string }): StatusSummary {
+export function statusSummary(
+  states: Iterable<string>,
+  extra?: { trusted?: boolean; serverState?: string; noun?: string },
+): StatusSummary {
   let running = 0;
   let failed = 0;
+  let passed = 0;
   let total = 0;
   for (const s of states) {
     total += 1;
     if (s === "queued" || s === "running") running += 1;
     else if (BAD.has(s)) failed += 1;
+    else if (s === "passed") passed += 1;
   }
   if (extra?.serverState && extra.serverState !== "running") {
     return {
@@ -410,12 +540,14 @@ export function statusSummary(states: Iterable<string>, extra?: { trusted?: bool
     };
   }
   const restricted = extra?.trusted === false ? " (restricted)" : "";
+  const what = extra?.noun ?? "ops";
   let text: string;
-  if (running > 0) text = `$(sync~spin) gpuemu: running ${running}`;
-  else if (failed > 0) text = `$(error) gpuemu: ${failed} failed`;
+  if (running > 0) text = `$(sync~spin) gpuemu: running ${running} of ${total} ${what}`;
+  else if (failed > 0) text = `$(error) gpuemu: ${failed} of ${total} ${what} failed`;
+  else if (total > 0 && passed === total) text = `$(pass) gpuemu: ${total} ${what} passed`;
   else text = `$(beaker) gpuemu: idle`;
   const tooltip =
-    `gpuemu-ls${restricted}: ${total} ops/kernels, ${running} running, ${failed} failed` +
+    `gpuemu-ls${restricted}: ${total} ${what}: ${running} running, ${failed} failed, ${passed} passed, ${total - running - failed - passed} not run yet` +
     (extra?.trusted === false ? "\nUntrusted workspace: only configuration diagnostics, nothing runs." : "") +
     "\nClick to show failures.";
   return { text: text + (restricted ? " $(shield)" : ""), tooltip, running, failed };
@@ -451,6 +583,10 @@ export interface FailureTarget {
   workspace?: string;
   op: string;
   seed: number;
+  /** Reproduce the minimized case (`gpuemu minimize` stored it). */
+  minimized?: boolean;
+  /** The minimized case's shapes, when the diagnostic says there is one. */
+  minimizedShapes?: Record<string, number[]>;
 }
 
 /** `{workspace, op, seed}` of a gpuemu diagnostic (from its `data`, else parsed from its message). */
@@ -459,10 +595,12 @@ export function failureTarget(diag: { source?: string; message: string; data?: u
   const data = diag.data as Record<string, unknown> | undefined;
   if (data && typeof data === "object" && typeof data.op === "string" && typeof data.seed === "number") {
     if (data.kind !== undefined && data.kind !== "op") return undefined;
+    const mini = data.minimized;
     return {
       workspace: typeof data.workspace === "string" ? data.workspace : undefined,
       op: data.op,
       seed: data.seed,
+      ...(mini && typeof mini === "object" && Object.keys(mini).length ? { minimizedShapes: mini as Record<string, number[]> } : {}),
     };
   }
   const seed = /\bseed[= ](\d+)/.exec(diag.message);
@@ -475,4 +613,64 @@ export function failureTarget(diag: { source?: string; message: string; data?: u
 export function rangeContains(range: Range, pos: Position): boolean {
   const before = (a: Position, b: Position) => a.line < b.line || (a.line === b.line && a.character <= b.character);
   return before(range.start, pos) && before(pos, range.end);
+}
+
+/** `x=[1, 1] y=[2]`: shapes as the server writes them. */
+export function shapesLabel(shapes: Record<string, number[]> | undefined): string {
+  return shapesText(shapes);
+}
+
+// ------------------------------------------------------------------------------------------
+// Reproductions
+
+/**
+ * Lines of a standalone reproduction (`.gpuemu/repro/<op>_<seed>.py`, written by gpuemu reproduce):
+ * `call`: where the op is called (a debugger's breakpoint), `verdict`: where the verdict is printed
+ * (the line a reader wants to see first). 0-based; undefined when not found.
+ */
+export function reproLines(text: string): { call?: number; verdict?: number } {
+  const lines = text.split(/\r?\n/);
+  const find = (re: RegExp) => {
+    const i = lines.findIndex((l) => re.test(l));
+    return i >= 0 ? i : undefined;
+  };
+  // a script op's file sets OP_SCRIPT = 'path'; a module op's OP_SCRIPT = None (then call(OP_CALL, ...) runs)
+  const script = lines.some((l) => /^OP_SCRIPT = ['"]/.test(l));
+  return {
+    call: script ? find(/^\s*out = run_script\(OP_SCRIPT/) : find(/^\s*out = call\(OP_CALL/),
+    verdict: find(/^\s*print\("FAILED: "/) ?? find(/^\s*if problems:/),
+  };
+}
+
+/** The result of the server's `gpuemu.reproduce` command. */
+export interface ReproduceResult {
+  repro?: string;
+  status?: string;
+  source?: string;
+  kind?: string | null;
+  message?: string;
+  report?: string;
+  case?: { dtype?: string; shapes?: Record<string, number[]>; layout?: string; distribution?: string; seed?: number };
+  error?: string;
+}
+
+/** The one-line notification after a reproduction: verdict, case, what was replayed. */
+export function reproduceSummary(op: string, seed: number, r: ReproduceResult, minimized = false): string {
+  const verdict = r.status === "passed" ? "passes now" : r.status === "not_run" ? "did not run" : "still fails";
+  const c = r.case;
+  const caseText = c
+    ? [c.dtype, shapesText(c.shapes), c.layout ? `layout=${c.layout}` : "", c.distribution ? `dist=${c.distribution}` : ""]
+        .filter(Boolean)
+        .join(" ")
+    : "";
+  const kind = r.status !== "passed" && r.kind ? ` [${r.kind}]` : "";
+  const first = (r.message ?? "").split("\n")[0].trim();
+  return `gpuemu: ${op} seed ${seed}${minimized ? " (minimized)" : ""} ${verdict}${kind}${caseText ? `: ${caseText}` : ""}${
+    first && r.status !== "passed" ? ` - ${first.length > 160 ? first.slice(0, 159) + "…" : first}` : ""
+  }`;
+}
+
+/** Server messages the extension replaces with its own notification (reproduce and minimize results). */
+export function isCommandResultMessage(message: string): boolean {
+  return /^gpuemu: \S+ seed \d+ (still fails|passes now|minimized to)\b/.test(message);
 }

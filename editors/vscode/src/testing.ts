@@ -5,7 +5,9 @@
  */
 import * as vscode from "vscode";
 import {
+  CaseChild,
   DiscoverResult,
+  Failure,
   Folder,
   JobTracker,
   MessageSpec,
@@ -14,7 +16,9 @@ import {
   RunOpsResult,
   TreeLeaf,
   buildTree,
+  caseKey,
   isTerminal,
+  parseCaseKey,
   itemKey,
   statusAsState,
   stateToOutcome,
@@ -24,6 +28,17 @@ export interface ServerLink {
   runOps(params: { workspace?: string; ids?: string[]; mode?: string }, token: vscode.CancellationToken): Promise<RunOpsResult>;
   trusted(): boolean;
   log(message: string): void;
+  /** Debug a failing case: its standalone reproduction under the Python debugger. Resolves to why not, or undefined once started. */
+  debugCase(target: { workspace: string; op: string; seed: number }, run: vscode.TestRun, item: vscode.TestItem): Promise<string | undefined>;
+  /** Whether the server validates on save by itself (gpuemu.onSave). */
+  validatesOnSave(): boolean;
+}
+
+/** A failing case shown as a child of its op. */
+export interface CaseItem {
+  item: vscode.TestItem;
+  opKey: string;
+  child: CaseChild;
 }
 
 interface RunCtx {
@@ -55,6 +70,13 @@ export class GpuemuTests implements vscode.Disposable {
   readonly controller: vscode.TestController;
   readonly quickProfile: vscode.TestRunProfile;
   readonly thoroughProfile: vscode.TestRunProfile;
+  readonly debugProfile: vscode.TestRunProfile;
+  /** Failing cases of the latest run of each op (children of its item), by case item id. */
+  readonly cases = new Map<string, CaseItem>();
+  /** Latest failing cases per op key (for Debug of an op item: its first failing case). */
+  private readonly failuresByOp = new Map<string, Failure[]>();
+  /** Continuous (watch) runs: their request and mode, until their token is cancelled. */
+  private readonly watches = new Set<{ request: vscode.TestRunRequest; mode: RunMode; keys: Set<string> }>();
   /** Latest state of every op/kernel (discover status or opState), for the status bar and pickers. */
   readonly states = new Map<string, string>();
   private readonly leaves = new Map<string, Leaf>();
@@ -82,6 +104,15 @@ export class GpuemuTests implements vscode.Disposable {
       vscode.TestRunProfileKind.Run,
       (request, token) => this.runHandler(request, token, "thorough"),
       false,
+    );
+    // continuous run (the "watch" eye): re-run the watched ops whenever a file they depend on is saved
+    this.quickProfile.supportsContinuousRun = true;
+    this.thoroughProfile.supportsContinuousRun = true;
+    this.debugProfile = this.controller.createRunProfile(
+      "Debug reproduction",
+      vscode.TestRunProfileKind.Debug,
+      (request, token) => this.debugHandler(request, token),
+      true,
     );
   }
 
@@ -174,9 +205,10 @@ export class GpuemuTests implements vscode.Disposable {
     const out = new Map<string, Leaf>();
     const visit = (item: vscode.TestItem) => {
       if (excluded.has(item.id)) return;
-      const leaf = this.leaves.get(item.id);
-      if (leaf) out.set(item.id, leaf);
-      item.children.forEach(visit);
+      const c = parseCaseKey(item.id);
+      const leaf = this.leaves.get(c ? c.opKey : item.id);
+      if (leaf) out.set(leaf.item.id, leaf);
+      if (!c && !leaf) item.children.forEach(visit);
     };
     if (request.include) request.include.forEach(visit);
     else this.controller.items.forEach(visit);
@@ -185,6 +217,7 @@ export class GpuemuTests implements vscode.Disposable {
 
   /** Runs the ops and kernels of a request (also used by the run commands). */
   async runHandler(request: vscode.TestRunRequest, token: vscode.CancellationToken, mode: RunMode): Promise<void> {
+    if (request.continuous) return this.watch(request, token, mode);
     const selected = this.collect(request);
     const run = this.controller.createTestRun(request, `gpuemu (${mode})`, true);
     if (!this.link.trusted()) {
@@ -229,6 +262,78 @@ export class GpuemuTests implements vscode.Disposable {
     } finally {
       this.endCtx(ctx);
       this.changed.fire();
+    }
+  }
+
+  /**
+   * A continuous run: until cancelled, each save of a file a watched op depends on (its function's
+   * file, its reference, gpuemu.toml) runs it again. The server validates the affected ops on save by
+   * itself (gpuemu.onSave): their results then come in as a run of this request; with onSave off the
+   * extension asks for the run.
+   */
+  private async watch(request: vscode.TestRunRequest, token: vscode.CancellationToken, mode: RunMode): Promise<void> {
+    const keys = new Set(this.collect(request).map((l) => l.leaf.key));
+    const entry = { request, mode, keys };
+    this.watches.add(entry);
+    const sub = vscode.workspace.onDidSaveTextDocument((doc) => {
+      if (this.link.validatesOnSave()) return; // the server's own run shows up as a watch run (handleState)
+      const path = doc.uri.fsPath;
+      const hit = [...keys]
+        .map((k) => this.leaves.get(k))
+        .filter((l): l is Leaf => l !== undefined)
+        .filter((l) => [l.leaf.sourceUri, l.leaf.entryUri].some((u) => u && vscode.Uri.parse(u).fsPath === path) || path.endsWith(".py"));
+      if (!hit.length) return;
+      const sub2 = new vscode.CancellationTokenSource();
+      void this.runHandler(new vscode.TestRunRequest(hit.map((l) => l.item), undefined, request.profile), sub2.token, mode).finally(() =>
+        sub2.dispose(),
+      );
+    });
+    await new Promise<void>((resolve) => token.onCancellationRequested(() => resolve()));
+    sub.dispose();
+    this.watches.delete(entry);
+  }
+
+  /** The watch run an op belongs to (server-started runs of watched ops are shown as its runs). */
+  private watchFor(key: string): vscode.TestRunRequest | undefined {
+    for (const w of this.watches) if (w.keys.has(key)) return w.request;
+    return undefined;
+  }
+
+  /** The Debug profile: the first selected op's failing case (or the selected case) under the Python debugger. */
+  private async debugHandler(request: vscode.TestRunRequest, token: vscode.CancellationToken): Promise<void> {
+    const items: vscode.TestItem[] = [];
+    if (request.include) items.push(...request.include);
+    else this.controller.items.forEach((ws) => ws.children.forEach((c) => items.push(c)));
+    let target = items.map((i) => ({ item: i, t: this.caseTarget(i) })).find((x) => x.t && x.t.leaf.kind === "op");
+    const run = this.controller.createTestRun(request, "gpuemu (debug)", true);
+    try {
+      if (!target?.t) {
+        for (const i of items) run.errored(i, new vscode.TestMessage("Debug works on ops (a kernel has no reproduction to debug)."));
+        return;
+      }
+      let { leaf, seed } = target.t;
+      if (seed === undefined) {
+        // no failing case known: run the op first (quick), then debug its first failing case
+        run.appendOutput(`${leaf.label}: no failing case known yet, running it first\r\n`);
+        const sub = new vscode.CancellationTokenSource();
+        token.onCancellationRequested(() => sub.cancel());
+        await this.runHandler(new vscode.TestRunRequest([target.item], undefined, this.quickProfile), sub.token, "quick");
+        sub.dispose();
+        target = { item: target.item, t: this.caseTarget(target.item) };
+        seed = target.t?.seed;
+        if (seed === undefined) {
+          run.passed(target.item);
+          void vscode.window.showInformationMessage(`gpuemu: ${leaf.label} has no failing case to debug.`);
+          return;
+        }
+        leaf = target.t!.leaf;
+      }
+      run.started(target.item);
+      const why = await this.link.debugCase({ workspace: leaf.workspace, op: leaf.label, seed }, run, target.item);
+      if (why) run.errored(target.item, new vscode.TestMessage(why));
+      else run.skipped(target.item); // the verdict is the reproduction's exit status, in the debug console
+    } finally {
+      run.end();
     }
   }
 
@@ -287,14 +392,24 @@ export class GpuemuTests implements vscode.Disposable {
     let ctx = this.owners.get(key);
     if (!ctx || ctx.ended) {
       if (s.state === "cancelled") return;
-      ctx = this.backgroundCtx();
+      ctx = this.backgroundCtx(this.watchFor(key));
       this.claim(ctx, key);
     }
     if (ctx.idleTimer) clearTimeout(ctx.idleTimer);
     this.apply(ctx, l, s, !done && isTerminal(s.state));
   }
 
-  private backgroundCtx(): RunCtx {
+  private readonly watchCtx = new Map<vscode.TestRunRequest, RunCtx>();
+
+  private backgroundCtx(watch?: vscode.TestRunRequest): RunCtx {
+    if (watch) {
+      const prev = this.watchCtx.get(watch);
+      if (prev && !prev.ended) return prev;
+      const run = this.controller.createTestRun(watch, "gpuemu (watch)", true);
+      const ctx: RunCtx = { run, background: true, pending: new Set(), started: new Map(), ended: false };
+      this.watchCtx.set(watch, ctx);
+      return ctx;
+    }
     if (this.background && !this.background.ended) return this.background;
     const request = new vscode.TestRunRequest(undefined, undefined, undefined, false, true);
     const run = this.controller.createTestRun(request, "gpuemu (on open/save)", true);
@@ -316,21 +431,58 @@ export class GpuemuTests implements vscode.Disposable {
   }
 
   private location(leaf: TreeLeaf, at: MessageSpec["at"]): vscode.Location | undefined {
-    if (at === "entry") return new vscode.Location(vscode.Uri.parse(leaf.uri), toRange(leaf.range));
+    if (at === "entry") return new vscode.Location(vscode.Uri.parse(leaf.entryUri), toRange(leaf.entryRange));
     if (at === "source") {
       if (leaf.sourceUri && leaf.sourceRange) return new vscode.Location(vscode.Uri.parse(leaf.sourceUri), toRange(leaf.sourceRange));
-      return new vscode.Location(vscode.Uri.parse(leaf.uri), toRange(leaf.range));
+      return new vscode.Location(vscode.Uri.parse(leaf.entryUri), toRange(leaf.entryRange));
     }
     const file = at.file.startsWith("file:") ? vscode.Uri.parse(at.file) : vscode.Uri.file(at.file);
     return new vscode.Location(file, new vscode.Position(Math.max(0, at.line - 1), 0));
   }
 
+  private testMessage(leaf: TreeLeaf, m: MessageSpec): vscode.TestMessage {
+    const msg = m.diff ? vscode.TestMessage.diff(m.text, m.diff.expected, m.diff.actual) : new vscode.TestMessage(m.text);
+    msg.location = this.location(leaf, m.at);
+    return msg;
+  }
+
+  /** The failing cases of an op's latest run as its children (each failed, with its message and diff). */
+  private reportCases(run: vscode.TestRun, item: vscode.TestItem, leaf: TreeLeaf, cases: CaseChild[]): void {
+    for (const id of [...this.cases.keys()]) if (this.cases.get(id)?.opKey === leaf.key) this.cases.delete(id);
+    this.failuresByOp.set(leaf.key, cases.map((c) => c.failure));
+    const children: vscode.TestItem[] = [];
+    for (const c of cases) {
+      const id = caseKey(leaf.key, c.seed);
+      const child = item.children.get(id) ?? this.controller.createTestItem(id, c.label, item.uri);
+      child.label = c.label;
+      child.description = c.description;
+      child.range = item.range;
+      child.sortText = String(children.length).padStart(4, "0");
+      this.cases.set(id, { item: child, opKey: leaf.key, child: c });
+      children.push(child);
+    }
+    item.children.replace(children);
+    for (const child of children) {
+      const c = this.cases.get(child.id);
+      if (c) run.failed(child, [this.testMessage(leaf, c.child.message)]);
+    }
+  }
+
+  /** The op, workspace and seed a Debug request means: a case item's seed, or an op's first failing case. */
+  caseTarget(item: vscode.TestItem): { leaf: TreeLeaf; seed?: number } | undefined {
+    const c = parseCaseKey(item.id);
+    if (c) {
+      const leaf = this.leaves.get(c.opKey)?.leaf;
+      return leaf ? { leaf, seed: c.seed } : undefined;
+    }
+    const leaf = this.leaves.get(item.id)?.leaf;
+    if (!leaf) return undefined;
+    const first = (this.failuresByOp.get(leaf.key) ?? []).find((f) => f.seed !== undefined);
+    return { leaf, seed: first?.seed };
+  }
+
   private report(run: vscode.TestRun, item: vscode.TestItem, leaf: TreeLeaf, o: Outcome, duration: number | undefined): void {
-    const messages = o.messages.map((m) => {
-      const msg = new vscode.TestMessage(m.text);
-      msg.location = this.location(leaf, m.at);
-      return msg;
-    });
+    const messages = o.messages.map((m) => this.testMessage(leaf, m));
     switch (o.type) {
       case "enqueued":
         run.enqueued(item);
@@ -351,6 +503,7 @@ export class GpuemuTests implements vscode.Disposable {
         run.skipped(item);
         break;
     }
+    if (o.cases !== undefined && leaf.kind === "op") this.reportCases(run, item, leaf, o.cases);
     if (o.output) {
       // in the Test Results terminal only: the failure messages already show at the op's source
       run.appendOutput(o.output.replace(/\r?\n/g, "\r\n") + "\r\n", undefined, item);

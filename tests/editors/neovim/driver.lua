@@ -130,6 +130,18 @@ local function main()
   local client = vim.lsp.get_clients({ name = 'gpuemu', bufnr = buf })[1]
   R.client = { root_dir = client.root_dir, cmd = clean(client.config.cmd), init_options = clean(client.config.init_options) }
   R.experimental = clean((client.server_capabilities or {}).experimental)
+  -- right after attach: the ops as :GpuemuOps lists them (a fresh copy: nothing stored yet), and the
+  -- statusline the plugin fills from the discovery it makes on attach
+  local first = client:request_sync('gpuemu/discoverOps', vim.empty_dict(), 10000, buf) or {}
+  R.ops_at_attach = clean(g.ops_qf_items(first.result))
+  wait(10000, function()
+    local n = 0
+    for _, items in pairs(g.state) do
+      n = n + vim.tbl_count(items)
+    end
+    return n >= 18
+  end)
+  R.statusline_at_attach = g.statusline(buf)
 
   -- 2. :write it; wait until the run the save started is over (its work-done progress, whose
   --    begin message says "(save)", ended) and the op's diagnostic is there
@@ -168,6 +180,34 @@ local function main()
     })
   end
   R.statusline = g.statusline(buf)
+
+  -- code lenses (enabled by the plugin, opt-out): the op's status above its def
+  local lensed = wait(20000, function()
+    return #vim.lsp.codelens.get(buf) > 0
+  end)
+  R.codelenses = {}
+  for _, l in ipairs(vim.lsp.codelens.get(buf)) do
+    table.insert(R.codelenses, { line = l.range.start.line, title = l.command and l.command.title or nil })
+  end
+  step('codelens', lensed)
+
+  -- messages shown while a command runs: (history lines added, what the plugin showed)
+  local function watch_messages(fn, until_done, ms)
+    local hist_before = vim.fn.execute('messages')
+    local shown_before = #g.shown
+    fn()
+    wait(ms, until_done)
+    wait(600, function()
+      return false
+    end) -- deferred messages (progress echo, batched notes) land
+    local added = vim.fn.execute('messages'):sub(#hist_before + 1)
+    local shown = {}
+    for i = shown_before + 1, #g.shown do
+      table.insert(shown, g.shown[i])
+    end
+    return { history = added, shown = shown }
+  end
+  R.watch_messages = watch_messages
 
   -- 3. the Reproduce code action, through Neovim's own code-action machinery
   local d, data = op_diag(buf)
@@ -210,17 +250,26 @@ local function main()
   os.remove(ws .. '/' .. repro_rel)
   vim.api.nvim_win_set_cursor(0, { d.lnum + 1, d.col })
   g.last_command['gpuemu.reproduce'] = nil
-  vim.cmd('GpuemuReproduce')
   local function reproduced()
     return buffer_named(repro_rel) ~= nil
       and vim.uv.fs_stat(ws .. '/' .. repro_rel) ~= nil
       and g.last_command['gpuemu.reproduce'] ~= nil
       and not command_failed('gpuemu.reproduce')
   end
-  wait(30000, function()
+  R.reproduce_messages = watch_messages(function()
+    vim.cmd('GpuemuReproduce')
+  end, function()
     return reproduced() or command_failed('gpuemu.reproduce')
-  end)
+  end, 30000)
   local again = reproduced()
+  -- the reproduction is the current buffer, the cursor on its verdict line
+  local cur = vim.api.nvim_buf_get_name(0)
+  R.repro_cursor = {
+    buffer = cur,
+    line = vim.api.nvim_win_get_cursor(0)[1],
+    text = vim.api.nvim_get_current_line(),
+    verdict = select(2, g.repro_lines(vim.api.nvim_buf_get_lines(0, 0, -1, false))),
+  }
   step('reproduce_command', again, {
     exists = vim.uv.fs_stat(ws .. '/' .. repro_rel) ~= nil,
     result = clean(g.last_command['gpuemu.reproduce']),
@@ -265,19 +314,36 @@ local function main()
     R.minimize_seed = data.seed
     R.minimize_before = clean(data.shapes)
     g.last_command['gpuemu.minimize'] = nil
-    vim.cmd('GpuemuMinimize')
     local function shrunk()
       local md = select(2, op_diag(buf, true))
       return md ~= nil and md.seed == data.seed and g.last_command['gpuemu.minimize'] ~= nil
     end
-    wait(60000, function()
+    R.minimize_messages = watch_messages(function()
+      vim.cmd('GpuemuMinimize')
+    end, function()
       return shrunk() or command_failed('gpuemu.minimize')
-    end)
+    end, 60000)
     local _, md = op_diag(buf, true)
     R.minimized_diag = clean(md)
     R.minimize_result = clean(g.last_command['gpuemu.minimize'])
     step('minimize', shrunk())
   end
+
+  -- 7b. :GpuemuDebug without nvim-dap: it says why, in one line
+  vim.cmd.buffer(buf)
+  d = op_diag(buf)
+  vim.api.nvim_win_set_cursor(0, { d.lnum + 1, d.col })
+  local debug_done = false
+  R.debug_messages = watch_messages(function()
+    g.debug(nil, {
+      on_done = function()
+        debug_done = true
+      end,
+    })
+  end, function()
+    return debug_done
+  end, 30000)
+  R.has_dap = pcall(require, 'dap')
 
   -- 8. :GpuemuFailures: the gpuemu diagnostics as a quickfix list
   vim.cmd.buffer(buf)
@@ -310,6 +376,7 @@ if g_ok then
   R.statusline_end = g.statusline()
 end
 R.messages = vim.fn.execute('messages')
+R.watch_messages = nil
 R.elapsed = now_s()
 local f = assert(io.open(out, 'w'))
 f:write(vim.json.encode(clean(R)))

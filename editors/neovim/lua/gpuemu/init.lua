@@ -24,14 +24,19 @@ M.options = {
   progress = 'echo',
   notify_failures = true,
   open_quickfix = true,
+  codelens = true,
   icons = {
     running = '●',
     failed = '✗',
     error = '!',
     not_run = '○',
     passed = '✓',
+    never_run = '·',
   },
 }
+
+--- Every message the plugin showed (newest last, bounded): what a user saw, for tests and :messages.
+M.shown = {}
 
 --- Per-op state from gpuemu/opState and gpuemu/discoverOps: state[workspace root][item id].
 M.state = {}
@@ -117,7 +122,97 @@ local function one_line(msg)
 end
 
 local function notify(msg, level)
-  vim.notify(one_line(msg), level or vim.log.levels.INFO, { title = 'gpuemu' })
+  msg = one_line(msg)
+  table.insert(M.shown, msg)
+  if #M.shown > 200 then
+    table.remove(M.shown, 1)
+  end
+  vim.notify(msg, level or vim.log.levels.INFO, { title = 'gpuemu' })
+end
+
+--- Details of the last message that did not fit on one line, for :GpuemuDetails (a float).
+M.last_details = nil
+
+--- A float with lines of text (details of a message that was cut to one line).
+function M.show_details(lines)
+  lines = lines or M.last_details
+  if not lines or #lines == 0 then
+    return notify('gpuemu: no details')
+  end
+  local buf = vim.api.nvim_create_buf(false, true)
+  vim.api.nvim_buf_set_lines(buf, 0, -1, false, lines)
+  vim.bo[buf].bufhidden = 'wipe'
+  local width = 20
+  for _, l in ipairs(lines) do
+    width = math.max(width, vim.fn.strdisplaywidth(l))
+  end
+  width = math.min(width, math.max(20, vim.o.columns - 4))
+  local height = math.min(#lines, math.max(1, vim.o.lines - 6))
+  local win = vim.api.nvim_open_win(buf, true, {
+    relative = 'editor',
+    width = width,
+    height = height,
+    row = math.max(0, math.floor((vim.o.lines - height) / 2) - 1),
+    col = math.max(0, math.floor((vim.o.columns - width) / 2)),
+    style = 'minimal',
+    border = 'rounded',
+    title = ' gpuemu ',
+  })
+  vim.keymap.set('n', 'q', '<cmd>close<cr>', { buffer = buf, nowait = true })
+  return win
+end
+
+--- `window/showMessage` from gpuemu-ls: one line through vim.notify (never a hit-enter prompt), the
+--- server's text verbatim; the whole text stays available for :GpuemuDetails.
+function M.on_show_message(_, result, _)
+  if type(result) ~= 'table' or type(result.message) ~= 'string' then
+    return vim.NIL
+  end
+  local lines = vim.split(result.message, '\n', { plain = true })
+  if #lines > 1 or vim.fn.strdisplaywidth(result.message) > math.max(20, vim.o.columns - 12) then
+    M.last_details = lines
+  end
+  local levels = { vim.log.levels.ERROR, vim.log.levels.WARN, vim.log.levels.INFO, vim.log.levels.DEBUG }
+  notify(result.message, levels[result.type] or vim.log.levels.INFO)
+  return vim.NIL
+end
+
+--- The lines of a standalone reproduction where the op is called (a breakpoint) and where the
+--- verdict is printed, 1-based; nil when not found.
+function M.repro_lines(lines)
+  local script = false
+  for _, l in ipairs(lines) do
+    if l:match('^OP_SCRIPT = [\'"]') then
+      script = true
+    end
+  end
+  local call, verdict
+  for i, l in ipairs(lines) do
+    if not call and ((script and l:match('^%s*out = run_script%(OP_SCRIPT')) or (not script and l:match('^%s*out = call%(OP_CALL'))) then
+      call = i
+    end
+    if not verdict and l:match('^%s*print%("FAILED: "') then
+      verdict = i
+    end
+  end
+  return call, verdict
+end
+
+--- `window/showDocument`: a reproduction opens at its verdict line; anything else as Neovim does.
+function M.on_show_document(err, result, ctx, config)
+  local uri = type(result) == 'table' and result.uri or nil
+  local fname = uri and vim.uri_to_fname(uri) or nil
+  if fname and fname:match('[/\\]%.gpuemu[/\\]repro[/\\][^/\\]+%.py$') then
+    vim.cmd.edit(vim.fn.fnameescape(fname))
+    local _, verdict = M.repro_lines(vim.api.nvim_buf_get_lines(0, 0, -1, false))
+    if verdict then
+      vim.api.nvim_win_set_cursor(0, { verdict, 0 })
+      vim.cmd('normal! zz')
+    end
+    return { success = true }
+  end
+  local default = vim.lsp.handlers['window/showDocument']
+  return default and default(err, result, ctx, config) or { success = false }
 end
 
 -- Progress comes case by case from ops validated in parallel: echo only the latest message, at
@@ -273,8 +368,44 @@ function M.lsp_config()
     handlers = {
       ['gpuemu/opState'] = M.on_op_state,
       ['$/progress'] = M.on_progress,
+      ['window/showMessage'] = M.on_show_message,
+      ['window/showDocument'] = M.on_show_document,
     },
+    on_attach = function(client, bufnr)
+      M.on_attach(client, bufnr)
+    end,
   }
+end
+
+--- On attach: code lenses (unless `codelens = false`) and the stored results of every op (statusline).
+function M.on_attach(client, bufnr)
+  if M.options.codelens and client.server_capabilities and client.server_capabilities.codeLensProvider then
+    pcall(vim.lsp.codelens.refresh, { bufnr = bufnr })
+    local group = vim.api.nvim_create_augroup('gpuemu-codelens-' .. bufnr, { clear = true })
+    vim.api.nvim_create_autocmd({ 'BufEnter', 'BufWritePost', 'InsertLeave' }, {
+      group = group,
+      buffer = bufnr,
+      callback = function()
+        pcall(vim.lsp.codelens.refresh, { bufnr = bufnr })
+      end,
+    })
+  end
+  M.discover_quietly(client)
+end
+
+--- gpuemu/discoverOps without a message: the stored status of every op, for the statusline.
+function M.discover_quietly(client)
+  local req = vim.fn.has('nvim-0.11') == 1 and function(...)
+    return client:request(...)
+  end or function(...)
+    return client.request(...)
+  end
+  req('gpuemu/discoverOps', vim.empty_dict(), function(err, result)
+    if not err and result then
+      M._remember_discovery(result, client.id)
+      pcall(vim.cmd.redrawstatus)
+    end
+  end)
 end
 
 -- ----------------------------------------------------------------------------------------------
@@ -479,7 +610,7 @@ function M.complete_ops(arglead)
   from_state()
   if #names == 0 then
     for _, client in ipairs(M.clients()) do
-      local resp = request_sync(client, 'gpuemu/discoverOps', {}, 1000)
+      local resp = request_sync(client, 'gpuemu/discoverOps', vim.empty_dict(), 1000)
       if resp and resp.result then
         M._remember_discovery(resp.result, client.id)
       end
@@ -522,7 +653,7 @@ local function uri_path(uri)
   return uri and vim.uri_to_fname(uri) or nil
 end
 
-local QF_TYPE = { failed = 'E', error = 'E', errored = 'E', not_run = 'W', unknown = 'I', passed = 'I' }
+local QF_TYPE = { failed = 'E', error = 'E', errored = 'E', not_run = 'W', unknown = 'I', ['never run'] = 'I', passed = 'I' }
 
 --- Quickfix items for a gpuemu/discoverOps result: every op and kernel at its source (the op's
 --- function or script, the kernel's `__global__` line), else at its gpuemu.toml entry.
@@ -538,6 +669,9 @@ function M.ops_qf_items(result)
         uri, rng = item.uri, item.range
       end
       local status = item.running and 'running' or (item.status or 'unknown')
+      if status == 'unknown' then
+        status = 'never run' -- no stored result: the op has not run in this workspace yet
+      end
       local text = string.format('[%s] %s %s', status, item.kind or 'op', item.name)
       if item.message and item.message ~= '' then
         text = text .. ': ' .. item.message
@@ -568,7 +702,7 @@ function M.ops(opts)
   end
   local pending, all = #clients, {}
   for _, client in ipairs(clients) do
-    request(client, 'gpuemu/discoverOps', {}, function(err, result)
+    request(client, 'gpuemu/discoverOps', vim.empty_dict(), function(err, result)
       if err then
         notify('gpuemu: discoverOps failed: ' .. response_error(err), vim.log.levels.ERROR)
       else
@@ -721,7 +855,7 @@ function M.reproduce(args, opts)
     if not client then
       return no_client()
     end
-    echo(string.format('gpuemu: reproducing %s seed %s', data.op, data.seed), 'ModeMsg')
+    echo_latest(string.format('gpuemu: reproducing %s seed %s', data.op, data.seed), 'ModeMsg')
     M.execute(
       client,
       'gpuemu.reproduce',
@@ -742,26 +876,64 @@ function M.minimize(args, opts)
     if not client then
       return no_client()
     end
-    echo(string.format('gpuemu: minimizing %s seed %s', data.op, data.seed), 'ModeMsg')
+    echo_latest(string.format('gpuemu: minimizing %s seed %s', data.op, data.seed), 'ModeMsg')
     M.execute(
       client,
       'gpuemu.minimize',
       { workspace = data.workspace or client.root_dir, op = data.op, seed = seed_int(data.seed) },
       bufnr,
       function(err, result)
-        if not err and type(result) == 'table' and type(result.minimized) == 'table' then
-          local shapes = {}
-          for name, shape in pairs(result.minimized.shapes or {}) do
-            shapes[#shapes + 1] = name .. '=' .. vim.inspect(shape):gsub('%s', '')
-          end
-          table.sort(shapes)
-          notify(string.format('gpuemu: %s seed %s minimized to %s', data.op, data.seed, table.concat(shapes, ' ')))
-        end
+        -- the server says what it minimized to (window/showMessage, shown verbatim on one line)
         if opts.on_done then
           opts.on_done(err, result)
         end
       end
     )
+  end)
+end
+
+--- Debug the failure under the cursor: reproduce it, then run the reproduction under nvim-dap with a
+--- breakpoint where the op is called. Without nvim-dap, says why (and how to run it instead).
+function M.debug(args, opts)
+  opts = opts or {}
+  local bufnr = opts.bufnr or vim.api.nvim_get_current_buf()
+  local has_dap, dap = pcall(require, 'dap')
+  with_failure(bufnr, args, function(data)
+    local client = client_for(bufnr, data.workspace)
+    if not client then
+      return no_client()
+    end
+    local root = data.workspace or client.root_dir
+    M.execute(client, 'gpuemu.reproduce', { workspace = root, op = data.op, seed = seed_int(data.seed) }, bufnr, function(err, result)
+      if err or type(result) ~= 'table' or not result.repro then
+        if opts.on_done then
+          opts.on_done('no reproduction', nil)
+        end
+        return
+      end
+      local repro = result.repro
+      if not has_dap then
+        local why = 'gpuemu: :GpuemuDebug needs nvim-dap (with a python adapter, e.g. nvim-dap-python); run it instead: python '
+          .. vim.fn.fnamemodify(repro, ':~:.')
+        notify(why, vim.log.levels.WARN)
+        if opts.on_done then
+          opts.on_done(why, nil)
+        end
+        return
+      end
+      vim.cmd.edit(vim.fn.fnameescape(repro))
+      local rbuf = vim.api.nvim_get_current_buf()
+      local call = M.repro_lines(vim.api.nvim_buf_get_lines(rbuf, 0, -1, false))
+      if call then
+        pcall(function()
+          require('dap.breakpoints').set({}, rbuf, call)
+        end)
+      end
+      dap.run({ type = 'python', request = 'launch', name = 'gpuemu: ' .. vim.fs.basename(repro), program = repro, cwd = root })
+      if opts.on_done then
+        opts.on_done(nil, repro)
+      end
+    end)
   end)
 end
 
@@ -786,7 +958,7 @@ function M.statusline(bufnr)
     end
   end
   local icons = M.options.icons
-  local running, counts, any = {}, { failed = 0, error = 0, not_run = 0, passed = 0 }, false
+  local running, counts, any = {}, { failed = 0, error = 0, not_run = 0, passed = 0, never_run = 0 }, false
   for _, items in ipairs(roots) do
     for _, e in pairs(items) do
       any = true
@@ -795,6 +967,8 @@ function M.statusline(bufnr)
         running[#running + 1] = e
       elseif st == 'errored' then
         counts.error = counts.error + 1
+      elseif st == 'unknown' or st == nil then
+        counts.never_run = counts.never_run + 1
       elseif counts[st] then
         counts[st] = counts[st] + 1
       end
@@ -815,9 +989,9 @@ function M.statusline(bufnr)
       parts[#parts + 1] = string.format('(+%d)', #running - 1)
     end
   end
-  for _, st in ipairs({ 'failed', 'error', 'not_run', 'passed' }) do
+  for _, st in ipairs({ 'failed', 'error', 'not_run', 'passed', 'never_run' }) do
     if counts[st] > 0 then
-      parts[#parts + 1] = icons[st] .. counts[st]
+      parts[#parts + 1] = (icons[st] or '') .. counts[st]
     end
   end
   return table.concat(parts, ' ')

@@ -8,6 +8,14 @@
  *   3. the Quick Fix menu offers "Reproduce failure of softmax_tail_mask (seed N)", and choosing it
  *      opens .gpuemu/repro/softmax_tail_mask_N.py in an editor tab
  *   4. after "gpuemu: Run All Ops", the Testing view lists every op with pass and fail icons
+ *   5. the reproduction opens at its verdict line in a real tab, with a notification offering Run in
+ *      Terminal and Debug; Debug without the Python extension says why it cannot
+ *   6. clicking the failed op in the Testing view lands on its def; its failure peek has the case line
+ *      and an expected/actual diff; failing cases are children with a Reproduce action
+ *   7. the Debug profile (Test: Debug Test at Cursor) says why it cannot debug without the Python extension
+ *   8. .gpuemu/ is hidden from the Explorer; the status bar says what it counts
+ *   9. a gpuemu.server.command that does not exist: one message with Install, no ENOENT toast, and the
+ *      server restarts when the setting is fixed
  *
  * Environment: CODE_SERVER_DIR (install dir of tools/install-code-server.sh), GPUEMU_E2E_SERVER
  * (gpuemu-ls, default: the repo's .venv/bin/gpuemu-ls), GPUEMU_E2E_VSIX (default: gpuemu.vsix),
@@ -171,6 +179,39 @@ async function gotoLine(page: Page, line: number, column = 1): Promise<void> {
     await page.keyboard.press("Enter");
     await page.waitForTimeout(300);
   });
+}
+
+/** Texts of the notification toasts on screen. */
+async function toasts(page: Page): Promise<string[]> {
+  return (await page.locator(".notifications-toasts .notification-toast").allInnerTexts()).map((t) => t.replace(/\s+/g, " ").trim());
+}
+
+/** The toast whose text matches, once it shows. */
+async function toast(page: Page, re: RegExp, timeoutMs = 60_000): Promise<Locator> {
+  return waitFor(
+    `a notification matching ${re}`,
+    async () => {
+      for (const t of await page.locator(".notifications-toasts .notification-toast").all()) {
+        if (re.test((await t.innerText()).replace(/\s+/g, " "))) return t;
+      }
+      return undefined;
+    },
+    timeoutMs,
+    300,
+  );
+}
+
+async function clearNotifications(page: Page): Promise<void> {
+  await command(page, "Notifications: Clear All Notifications").catch(() => undefined);
+  await page.waitForTimeout(300);
+}
+
+/** The cursor's line in the active editor (status bar "Ln 63, Col 5"). */
+async function cursorLine(page: Page): Promise<number> {
+  const text = await page.locator('[id="status.editor.selection"]').first().innerText();
+  const m = /Ln (\d+)/.exec(text);
+  if (!m) throw new Error(`no cursor position in the status bar: ${text}`);
+  return Number(m[1]);
 }
 
 /** Results of OP stored by runs the server started on a save (runs.command = "gpuemu-ls (save)"). */
@@ -414,6 +455,28 @@ async function main(): Promise<number> {
       return `menu: ${titles.join(" | ")}; opened ${reproName}`;
     });
 
+    await step("the reproduction opens at its verdict line (a real tab) with Run in Terminal and Debug; Debug says why not", async () => {
+      if (!reproName) throw new Error("no reproduction opened");
+      const file = path.join(ws, ".gpuemu", "repro", reproName);
+      const verdict = fs.readFileSync(file, "utf8").split("\n").findIndex((l) => /^\s*print\("FAILED: "/.test(l)) + 1;
+      if (verdict <= 0) throw new Error(`no verdict line in ${reproName}`);
+      const line = await waitFor("the cursor on the verdict line", async () => ((await cursorLine(page)) === verdict ? verdict : undefined), 20_000);
+      const tab = page.locator(".tab.active", { hasText: reproName });
+      const italic = await tab.locator(".italic").count();
+      if (italic) throw new Error("the reproduction opened in a preview tab (italic title)");
+      const note = await toast(page, new RegExp(`${OP} seed \\d+ still fails`));
+      const text = (await note.innerText()).replace(/\s+/g, " ");
+      const buttons = (await note.locator(".monaco-button").allInnerTexts()).map((b) => b.trim());
+      for (const b of ["Run in Terminal", "Debug"]) if (!buttons.includes(b)) throw new Error(`no ${b} button: ${buttons.join(", ")}`);
+      await shot(page, "4b-repro-verdict-line.png");
+      await note.locator(".monaco-button", { hasText: "Debug" }).click();
+      const why = await toast(page, /Debug needs the Python extension/, 30_000);
+      const whyText = (await why.innerText()).replace(/\s+/g, " ");
+      await shot(page, "4c-repro-debug-why-not.png");
+      await clearNotifications(page);
+      return `cursor on line ${line} (${fs.readFileSync(file, "utf8").split("\n")[line - 1].trim()}); notification: ${text.slice(0, 160)}; buttons: ${buttons.join(", ")}; Debug: ${whyText.slice(0, 120)}`;
+    });
+
     await step("the Testing view lists the ops with pass/fail icons after gpuemu: Run All Ops", async () => {
       await page.keyboard.press("Escape");
       await command(page, "gpuemu: Run All Ops");
@@ -459,9 +522,119 @@ async function main(): Promise<number> {
       const failIcons = await view.locator(".computed-state.codicon-testing-failed-icon").count();
       if (passIcons < 1 || failIcons < 1) throw new Error(`icons: ${passIcons} passed, ${failIcons} failed`);
       const status = (await page.locator(".statusbar-item", { hasText: "gpuemu" }).first().innerText()).trim();
-      if (!/gpuemu: \d+ failed/.test(status)) throw new Error(`status bar says '${status}'`);
+      if (!new RegExp(`gpuemu: \\d+ of ${ops.length} ops failed`).test(status)) throw new Error(`status bar says '${status}'`);
       await shot(page, "5-testing-view.png");
       return `${ops.length} ops listed (${summary.passed} passed, ${summary.failed} failed); icons: ${passIcons} passed, ${failIcons} failed; status bar: ${status}`;
+    });
+
+    const defLineOf = () => fs.readFileSync(path.join(ws, FILE), "utf8").split("\n").findIndex((l) => l.startsWith(`def ${OP}(`)) + 1;
+    await step("clicking the failed op in the Testing view lands on its def, with the case message and an expected/actual diff", async () => {
+      await clearNotifications(page);
+      await quickOpen(page, "gpuemu.toml"); // away from the op's file: the click must bring us there
+      const view = page.locator(".test-explorer");
+      const row = view.locator(`.monaco-list-row[aria-label^="${OP} ("]`).first();
+      await row.waitFor({ timeout: 20_000 });
+      await row.click();
+      await page.waitForTimeout(1000);
+      if (!(await page.locator(".tab.active", { hasText: FILE }).count())) await row.dblclick();
+      await page.locator(".tab.active", { hasText: FILE }).waitFor({ timeout: 20_000 });
+      const defLine = defLineOf();
+      const at = await waitFor("the cursor on the def line", async () => ((await cursorLine(page)) === defLine ? defLine : undefined), 20_000);
+      await shot(page, "6-test-item-at-def.png");
+      // the failure's peek at the def: the case line and the diff editor (expected = reference, actual = op)
+      await command(page, "Test: Go to Next Test Failure");
+      const peek = page.locator(".test-output-peek, .peekview-widget").first();
+      await peek.waitFor({ state: "visible", timeout: 20_000 });
+      const peekText = await waitFor(
+        "the case line in the failure peek",
+        async () => {
+          const t = (await peek.innerText()).replace(/\s+/g, " ");
+          return /\[mismatch\] seed=\d+ dtype=float32 x=\[\d+, \d+\]/.test(t) ? t : undefined;
+        },
+        20_000,
+        500,
+      );
+      const diff = peek.locator(".monaco-diff-editor").first();
+      await diff.waitFor({ state: "visible", timeout: 20_000 });
+      const diffText = (await diff.innerText()).replace(/\s+/g, " ");
+      if (!/\[\d+, \d+\] = /.test(diffText)) throw new Error(`the diff shows no element values: ${diffText.slice(0, 300)}`);
+      await shot(page, "7-failure-peek-diff.png");
+      await page.keyboard.press("Escape");
+      return `def line ${at}; peek: ${peekText.slice(0, 160)}; diff: ${diffText.slice(0, 160)}`;
+    });
+
+    await step("failing cases are children of the op, each with a Reproduce action", async () => {
+      await command(page, "View: Show Testing");
+      const view = page.locator(".test-explorer");
+      const row = view.locator(`.monaco-list-row[aria-label^="${OP} ("]`).first();
+      await row.waitFor({ timeout: 20_000 });
+      if ((await row.getAttribute("aria-expanded")) === "false") await row.locator(".monaco-tl-twistie").click();
+      const caseRow = view.locator('.monaco-list-row[aria-label^="seed "]').first();
+      await caseRow.waitFor({ timeout: 20_000 });
+      const cases = await view.locator('.monaco-list-row[aria-label^="seed "]').evaluateAll((els) => els.map((e) => e.getAttribute("aria-label") ?? ""));
+      if (!cases.some((c) => /\(Failed\)/.test(c))) throw new Error(`case children not failed: ${cases.join(" | ")}`);
+      const seed = /^seed (\d+)/.exec(cases[0])?.[1];
+      await caseRow.hover();
+      const action = caseRow.locator('.action-label[aria-label="Reproduce This Case"]');
+      await action.waitFor({ state: "visible", timeout: 10_000 });
+      await shot(page, "8-case-children.png");
+      await action.click();
+      await page.locator(".tab.active", { hasText: `${OP}_${seed}.py` }).waitFor({ timeout: 120_000 });
+      await clearNotifications(page);
+      return `${cases.length} case children: ${cases.slice(0, 3).join(" | ")}; Reproduce opened ${OP}_${seed}.py`;
+    });
+
+    await step("the Debug profile says why it cannot debug without the Python extension", async () => {
+      await quickOpen(page, FILE);
+      await gotoLine(page, defLineOf(), 5);
+      await command(page, "Test: Debug Test at Cursor");
+      const why = await toast(page, /Debug needs the Python extension/, 120_000);
+      const text = (await why.innerText()).replace(/\s+/g, " ");
+      await shot(page, "9-debug-profile-why-not.png");
+      await clearNotifications(page);
+      return text.slice(0, 200);
+    });
+
+    await step(".gpuemu/ is hidden from the Explorer", async () => {
+      if (!fs.existsSync(path.join(ws, ".gpuemu"))) throw new Error(".gpuemu/ was never written");
+      await command(page, "View: Show Explorer");
+      const rows = page.locator(".explorer-folders-view .monaco-list-row");
+      await rows.first().waitFor({ timeout: 20_000 });
+      const labels = (await rows.allInnerTexts()).map((t) => t.trim());
+      if (labels.some((l) => l === ".gpuemu")) throw new Error(`.gpuemu listed: ${labels.join(", ")}`);
+      if (!labels.includes("gpuemu.toml")) throw new Error(`explorer rows: ${labels.join(", ")}`);
+      await shot(page, "10-explorer.png");
+      return `explorer: ${labels.join(", ")}`;
+    });
+
+    await step("a missing server: one message with Install (no ENOENT), and fixing the setting restarts it", async () => {
+      await clearNotifications(page);
+      const machine = path.join(userData, "Machine", "settings.json");
+      const good = fs.readFileSync(machine, "utf8");
+      const missing = path.join(tmp, "nowhere", "gpuemu-ls");
+      fs.writeFileSync(machine, JSON.stringify({ ...JSON.parse(good), "gpuemu.server.command": missing }, null, 2));
+      const note = await toast(page, /gpuemu-ls, the language server, is not installed/, 60_000);
+      const buttons = (await note.locator(".monaco-button").allInnerTexts()).map((b) => b.trim());
+      if (!buttons.includes("Install")) throw new Error(`no Install button: ${buttons.join(", ")}`);
+      await page.waitForTimeout(4000);
+      const all = await toasts(page);
+      const dup = all.filter((t) => /not installed|ENOENT|could not start|couldn't create connection/i.test(t));
+      if (dup.length !== 1) throw new Error(`expected one message, got ${dup.length}: ${dup.join(" || ")}`);
+      const status = page.locator(".statusbar-item", { hasText: "gpuemu" }).first();
+      await waitFor("status bar: not installed", async () => /not installed/.test(await status.innerText()), 20_000);
+      await shot(page, "11-missing-server.png");
+      fs.writeFileSync(machine, good);
+      const back = await waitFor(
+        "the server restarted after the setting was fixed",
+        async () => {
+          const t = (await status.innerText()).trim();
+          return /not installed|stopped|starting/.test(t) ? undefined : t;
+        },
+        60_000,
+        500,
+      );
+      await clearNotifications(page);
+      return `message: ${dup[0].slice(0, 200)}; buttons: ${buttons.join(", ")}; status after the fix: ${back}`;
     });
 
     await step("untrusted workspace: configuration diagnostics only, nothing runs", async () => {

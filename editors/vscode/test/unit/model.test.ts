@@ -7,15 +7,24 @@ import {
   JobTracker,
   OpState,
   buildTree,
+  caseKey,
+  caseLine,
+  caseMessage,
+  failureDiff,
   failureTarget,
   formatFailure,
   isTerminal,
+  isCommandResultMessage,
   itemKey,
+  parseCaseKey,
   rangeContains,
+  reproLines,
+  reproduceSummary,
   serverSettings,
   stateToOutcome,
   statusAsState,
   statusSummary,
+  valueText,
   workspaceLabel,
 } from "../../src/model";
 
@@ -43,11 +52,13 @@ describe("buildTree (gpuemu/discoverOps -> test items)", () => {
     );
   });
 
-  it("gives each item the uri and range of its gpuemu.toml entry and keeps the source location", () => {
+  it("locates each item at its op's function (run icons in that gutter) and keeps its gpuemu.toml entry", () => {
     const op = tree[0].children.find((c) => c.id === "op:softmax_tail_mask")!;
     assert.equal(op.key, itemKey(ROOT, "op:softmax_tail_mask"));
-    assert.equal(op.uri, `file://${ROOT}/gpuemu.toml`);
-    assert.deepEqual(op.range.start, { line: 26, character: 0 });
+    assert.equal(op.uri, `file://${ROOT}/softmax_tail_mask.py`);
+    assert.deepEqual(op.range.start, { line: 62, character: 4 });
+    assert.equal(op.entryUri, `file://${ROOT}/gpuemu.toml`);
+    assert.deepEqual(op.entryRange.start, { line: 26, character: 0 });
     assert.equal(op.sourceUri, `file://${ROOT}/softmax_tail_mask.py`);
     assert.deepEqual(op.sourceRange?.start, { line: 62, character: 4 });
     assert.equal(op.status, "failed");
@@ -109,9 +120,11 @@ describe("stateToOutcome (gpuemu/opState -> test results)", () => {
     assert.match(first.text, /\[mismatch\] seed=\d+ dtype=float32 x=\[\d+, \d+\] layout=\w+ dist=\w+/);
     assert.match(first.text, /replay: gpuemu reproduce --op softmax_tail_mask --seed \d+/);
     assert.match(o.output ?? "", /^FAILED softmax_tail_mask \(10\/16 cases passed\)/);
-    // every failure is one message, capped
+    // every failure is one message, capped; every failing case is a child
     const n = states.failed.failures!.length;
-    assert.equal(o.messages.length, Math.min(n, 5) + (n > 5 ? 1 : 0));
+    assert.equal(o.messages.length, Math.min(n, 5));
+    assert.equal(o.cases?.length, n);
+    assert.ok(o.messages.every((m) => m.at === "source"), "all at the op's def, none sending the reader to gpuemu.toml");
   });
 
   it("maps passed to passed", () => {
@@ -191,12 +204,15 @@ describe("formatFailure", () => {
 });
 
 describe("statusSummary (status bar)", () => {
-  it("is idle, running N or N failed", () => {
-    assert.equal(statusSummary(["passed", "passed"]).text, "$(beaker) gpuemu: idle");
+  it("says what it counts: running N of M ops, N of M ops failed, M ops passed", () => {
+    assert.equal(statusSummary(["passed", "passed"]).text, "$(pass) gpuemu: 2 ops passed");
+    assert.equal(statusSummary(["passed", "unknown"]).text, "$(beaker) gpuemu: idle");
     assert.equal(statusSummary([]).text, "$(beaker) gpuemu: idle");
-    assert.equal(statusSummary(["passed", "running", "queued", "failed"]).text, "$(sync~spin) gpuemu: running 2");
+    assert.equal(statusSummary(["passed", "running", "queued", "failed"]).text, "$(sync~spin) gpuemu: running 2 of 4 ops");
+    assert.equal(statusSummary(["running", "passed"], { noun: "ops and kernels" }).text, "$(sync~spin) gpuemu: running 1 of 2 ops and kernels");
     const f = statusSummary(["passed", "failed", "error", "not_run", "unknown"]);
-    assert.equal(f.text, "$(error) gpuemu: 3 failed");
+    assert.equal(f.text, "$(error) gpuemu: 3 of 5 ops failed");
+    assert.match(f.tooltip, /5 ops: 0 running, 3 failed, 1 passed, 1 not run yet/);
     assert.equal(f.failed, 3);
   });
   it("shows a stopped server and restricted mode", () => {
@@ -299,5 +315,106 @@ describe("JobTracker (opState of superseded jobs)", () => {
     const r = t.update(st("passed"));
     assert.deepEqual([r.superseded, r.done, r.state], [false, true, "passed"]);
     assert.deepEqual([t.update(st("cancelled")).superseded], [false]);
+  });
+});
+
+describe("failing cases: messages, diff, children", () => {
+  const base = states.failed.failures![0];
+  // the worst element as gpuemu-ls sends it (server.py _worst_brief); NaN comes as "nan"
+  const f = {
+    ...base,
+    worst: {
+      output: "result",
+      index: [3, 126],
+      op: 0.0077360719,
+      ref: 0.0078740157,
+      allowed: 1.0087e-5,
+      firstIndex: [0, 0],
+      mismatches: 1778,
+      total: 1905,
+      examples: { unexpected_nan: { index: [2, 0], op: "nan", ref: 0.5 } },
+    },
+  };
+
+  it("has the case line, the comparison, the worst element, the diagnosis and the replay", () => {
+    const text = caseMessage(f, "softmax_tail_mask", "fails iff N % 128 != 0");
+    const lines = text.split("\n");
+    assert.match(lines[0], /^softmax_tail_mask \[mismatch\] seed=1238 dtype=float32 x=\[15, 127\] layout=contiguous dist=constant_rows$/);
+    assert.match(text, /elements off; max abs err/);
+    assert.match(text, /worst element result\[3, 126\]: op 0\.0077360719, reference 0\.0078740157, allowed ±0\.000010087/);
+    assert.match(text, /^diagnosis: fails iff N % 128 != 0$/m);
+    assert.match(text, /^replay: gpuemu reproduce --op softmax_tail_mask --seed 1238$/m);
+    assert.equal(caseLine(f), "seed=1238 dtype=float32 x=[15, 127] layout=contiguous dist=constant_rows");
+  });
+
+  it("diffs reference (expected) against op (actual) at the worst element and the first NaN", () => {
+    const d = failureDiff(f)!;
+    const exp = d.expected.split("\n");
+    const act = d.actual.split("\n");
+    assert.equal(exp.length, act.length, "line for line");
+    assert.ok(exp.includes("result[3, 126] = 0.0078740157"), d.expected);
+    assert.ok(act.includes("result[3, 126] = 0.0077360719"), d.actual);
+    assert.ok(act.includes("result[2, 0]  (first unexpected_nan) = NaN"), d.actual);
+    assert.ok(exp.includes("result[2, 0]  (first unexpected_nan) = 0.5"), d.expected);
+    // the header both sides share: the case and the tolerance there
+    assert.equal(exp[0], act[0]);
+    assert.match(exp[0], /seed=1238/);
+    assert.equal(failureDiff(base), undefined, "no worst element (an older server): no diff");
+    assert.equal(valueText("inf"), "inf");
+    assert.equal(valueText(2), "2.0");
+  });
+
+  it("puts each failing case in a child with its own message and diff; passing clears them", () => {
+    const o = stateToOutcome({ ...states.failed, failures: [f, { ...base, seed: 77 }] });
+    assert.deepEqual(
+      o.cases?.map((c) => [c.seed, c.label, c.description]),
+      [
+        [1238, "seed 1238", "float32 x=[15, 127] contiguous constant_rows"],
+        [77, "seed 77", "float32 x=[15, 127] contiguous constant_rows"],
+      ],
+    );
+    assert.ok(o.cases![0].message.diff);
+    assert.ok(o.messages[0].diff, "the op's first message carries the diff too");
+    assert.deepEqual(stateToOutcome(states.passed).cases, []);
+    assert.equal(caseKey("/w::op:a", 12), "/w::op:a::seed:12");
+    assert.deepEqual(parseCaseKey("/w::op:a::seed:12"), { opKey: "/w::op:a", seed: 12 });
+    assert.equal(parseCaseKey("/w::op:a"), undefined);
+  });
+});
+
+describe("reproductions", () => {
+  it("finds the op call (breakpoint) and the verdict line in the template gpuemu writes", () => {
+    // the template is the source text of gpuemu_ls/engine/tools/repro.py: the real file, not a copy
+    const template = readFileSync(join(__dirname, "..", "..", "..", "..", "gpuemu_ls", "engine", "tools", "repro.py"), "utf8");
+    const body = template.slice(template.indexOf("def main():"));
+    const at = reproLines(body);
+    const lines = body.split("\n");
+    assert.match(lines[at.call!], /out = call\(OP_CALL, /);
+    assert.match(lines[at.verdict!], /print\("FAILED: "/);
+    assert.deepEqual(reproLines("x = 1\n"), { call: undefined, verdict: undefined });
+    const script = reproLines(`OP_SCRIPT = 'ops/k.py'\n${body}`);
+    assert.match(body.split("\n")[script.call! - 1], /out = run_script\(OP_SCRIPT, /);
+  });
+
+  it("summarizes a reproduction in one line and replaces only the server's result messages", () => {
+    const s = reproduceSummary("softmax_tail_mask", 1238, {
+      repro: "/w/.gpuemu/repro/softmax_tail_mask_1238.py",
+      status: "failed",
+      kind: "mismatch",
+      message: "result: 1778/1905 elements off\nmore",
+      case: { dtype: "float32", shapes: { x: [15, 9] }, layout: "contiguous", distribution: "boundary" },
+    });
+    assert.equal(s, "gpuemu: softmax_tail_mask seed 1238 still fails [mismatch]: float32 x=[15, 9] layout=contiguous dist=boundary - result: 1778/1905 elements off");
+    assert.match(reproduceSummary("a", 1, { status: "passed" }, true), /^gpuemu: a seed 1 \(minimized\) passes now$/);
+    assert.ok(isCommandResultMessage("gpuemu: softmax_tail_mask seed 1238 still fails (stored inputs); reproduction: /w/x.py"));
+    assert.ok(isCommandResultMessage("gpuemu: op seed 3 minimized to x=[1, 1] in 40 trials"));
+    assert.ok(!isCommandResultMessage("gpuemu: validate softmax failed: boom"));
+  });
+
+  it("takes the minimized shapes from a diagnostic's data", () => {
+    const t = failureTarget({ source: "gpuemu", message: "", data: { op: "a", seed: 3, workspace: "/w", minimized: { x: [1, 1] } } });
+    assert.deepEqual(t, { workspace: "/w", op: "a", seed: 3, minimizedShapes: { x: [1, 1] } });
+    const none = failureTarget({ source: "gpuemu", message: "", data: { op: "a", seed: 3, minimized: null } });
+    assert.deepEqual(none, { workspace: undefined, op: "a", seed: 3 });
   });
 });
