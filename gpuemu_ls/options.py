@@ -18,6 +18,8 @@ from .engine.config.load import MAX_ITERATIONS, MAX_JOBS
 
 MODES = ("quick", "thorough")
 WATCH = ("auto", "client", "server", "off")
+RUN_ON_OPEN = ("quick", "off")
+LOG_LEVELS = ("error", "warning", "info", "log")
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,8 @@ class ServerOptions:
     code_actions: bool = True
     watch: str = "auto"  # auto: the client's file watching when offered, else a server-side watcher
     poll_store_seconds: float = 1.0  # how often to look for results written by other processes
+    run_on_open: str = "quick"  # quick: a workspace without stored results is validated once when it opens
+    log_level: str = "info"  # the least severe window/logMessage sent: error | warning | info | log
 
     def merged(self, raw: dict[str, Any] | None, *, initial: bool = False) -> tuple[ServerOptions, list[str]]:
         """These options updated from a client's dict (camelCase or snake_case keys), with problems found.
@@ -79,6 +83,10 @@ def _check(name: str, value: Any) -> str | None:
         return None if value in MODES else f"expected one of {', '.join(MODES)}, got {value!r}"
     if name == "watch":
         return None if value in WATCH else f"expected one of {', '.join(WATCH)}, got {value!r}"
+    if name == "run_on_open":
+        return None if value in RUN_ON_OPEN else f"expected one of {', '.join(RUN_ON_OPEN)}, got {value!r}"
+    if name == "log_level":
+        return None if value in LOG_LEVELS else f"expected one of {', '.join(LOG_LEVELS)}, got {value!r}"
     if name in ("iterations", "jobs"):
         if value is None and name == "iterations":
             return None

@@ -49,14 +49,22 @@ from .features.code_actions import (
 from .features.diagnostics import workspace_diagnostics
 from .features.hover import kernel_hover, op_hover
 from .features.ranges import op_header_range, op_target
+from .features.toml_completion import TRIGGER_CHARACTERS, toml_completions
+from .features.toml_definition import toml_definition
+from .features.toml_hover import toml_key_hover
+from .features.toml_symbols import flat_symbols, toml_symbols
 from .options import MODES, ServerOptions
 from .session.jobs import Job, JobRunner
+from .session.runlog import RunLog
 from .session.watcher import FileWatcher, StorePoller
 from .session.workspace import WorkspaceSession, find_roots
 
 log = logging.getLogger("gpuemu-ls")
 EXPERIMENTAL = {"gpuemu": {"discoverOps": True, "runOps": True, "opState": True, "protocolVersion": 1}}
 DISCOVER_OPS, RUN_OPS, OP_STATE = "gpuemu/discoverOps", "gpuemu/runOps", "gpuemu/opState"
+FIRST_RUN = "first run"
+#: The most verbose window/logMessage type each ``logLevel`` lets through.
+LOG_THRESHOLD = {"error": 1, "warning": 2, "info": 3, "log": 4}
 
 
 class _Answered:
@@ -77,6 +85,14 @@ class GpuemuProtocol(LanguageServerProtocol):
         result.capabilities.experimental = EXPERIMENTAL
         self.initialized_once = True
         return result
+
+    def _handle_cancel_notification(self, msg_id: Any) -> None:
+        """A cancel for a request already answered is routine (the client raced the answer): a debug line, not
+        the warning pygls logs, which editors show as an error in the server's output."""
+        if msg_id not in self._request_futures:
+            log.debug("$/cancelRequest for %s, which was already answered", msg_id)
+            return
+        super()._handle_cancel_notification(msg_id)
 
     def structure_message(self, data: dict[str, Any]) -> Any:
         try:
@@ -159,6 +175,10 @@ class GpuemuServer(LanguageServer):
         self.client_watches = False
         self.lock = threading.Lock()
         self.shut_down = False  # `shutdown` was answered: `exit` then ends with status 0
+        self.runlog = RunLog()
+        self.batch_jobs: dict[str, list[Job]] = {}  # a run's progress token -> its jobs (cancelling it stops them)
+        self.first_run_done: set[Path] = set()
+        self.ready = False  # `initialized` was handled: a workspace opened later gets its first run at once
 
     # --- helpers -----------------------------------------------------------------------------
     def post(self, fn: Any, *args: Any) -> None:
@@ -176,6 +196,15 @@ class GpuemuServer(LanguageServer):
 
     def message(self, text: str, kind: lsp.MessageType = lsp.MessageType.Info) -> None:
         self.window_show_message(lsp.ShowMessageParams(kind, text))
+
+    def log_line(self, text: str, kind: lsp.MessageType = lsp.MessageType.Info, verbose: str | None = None) -> None:
+        """A line of the server's log: ``window/logMessage`` (down to ``logLevel``), and ``$/logTrace`` while the
+        client's trace setting is on (``verbose`` added at ``verbose``)."""
+        if kind <= LOG_THRESHOLD.get(self.options.log_level, 3):
+            self.window_log_message(lsp.LogMessageParams(kind, f"gpuemu: {text}"))
+        trace = self.protocol.trace
+        if trace in (lsp.TraceValue.Messages, lsp.TraceValue.Verbose):
+            self.log_trace(lsp.LogTraceParams(text, verbose if trace == lsp.TraceValue.Verbose else None))
 
     def session_for(self, path: Path) -> WorkspaceSession | None:
         """The innermost workspace holding ``path``; one is opened for a gpuemu.toml found above it."""
@@ -201,7 +230,19 @@ class GpuemuServer(LanguageServer):
             self.watcher.watch(s)
         if publish:
             self.publish(s)
+            if self.ready:
+                self.first_run(s)
         return s
+
+    def first_run(self, s: WorkspaceSession) -> None:
+        """Validate every op once, in quick mode, when a trusted workspace opens with no stored result, so a
+        fresh checkout shows its verdicts without a save (``runOnOpen``); stored results are shown instead."""
+        if s.root in self.first_run_done or self.options.run_on_open == "off" or not self.options.trusted:
+            return
+        self.first_run_done.add(s.root)
+        if s.config is None or not s.config.ops or s.views or s.store_error:
+            return
+        self.validate(s, [o.name for o in s.config.ops], [], FIRST_RUN, mode="quick")
 
     def _open_text(self, path: Path) -> str | None:
         try:
@@ -263,7 +304,45 @@ class GpuemuServer(LanguageServer):
         ]
         if self.options.lint:
             jobs += [self.jobs.lint(s, k, reason) for k in kernels]
+        batch = self.runlog.start(jobs, reason, mode or self.options.mode, str(s.root))
+        if batch is not None:
+            self.log_line(self.runlog.start_line(batch))
+            if (batch.total > 1 or reason == FIRST_RUN) and self.supports("window", "work_done_progress"):
+                batch.token = f"gpuemu-run-{batch.id}"
+                self.batch_jobs[batch.token] = jobs
+                self.work_done_progress.create(batch.token)
+                self.work_done_progress.begin(
+                    batch.token,
+                    lsp.WorkDoneProgressBegin(
+                        title=f"gpuemu: {reason}: {batch.what()}",
+                        cancellable=True,
+                        percentage=0,
+                        message=batch.status(),
+                    ),
+                )
         return jobs
+
+    def _run_ended(self, job: Job, kind: str, event: dict[str, Any]) -> None:
+        """The log line of an op or kernel that ended, and of its run when it was the last; the run's progress."""
+        result = event.get("result")
+        line, batch, over = self.runlog.finish(job, kind, result)
+        outcome = result.outcomes[0] if job.kind == "validate" and getattr(result, "outcomes", None) else None
+        detail = "\n".join(t for t in (getattr(outcome, "message", ""), getattr(outcome, "diagnosis", "")) if t)
+        self.log_line(line, verbose=detail or None)
+        if batch is None:
+            return
+        if batch.token is not None and not over:
+            self.work_done_progress.report(
+                batch.token,
+                lsp.WorkDoneProgressReport(
+                    message=batch.status(), percentage=int(100 * batch.finished / batch.total), cancellable=True
+                ),
+            )
+        if over:
+            self.log_line(self.runlog.end_line(batch))
+            if batch.token is not None:
+                self.work_done_progress.end(batch.token, lsp.WorkDoneProgressEnd(message=batch.summary()))
+                self.batch_jobs.pop(batch.token, None)
 
     def _job_event_from_thread(self, event: dict[str, Any]) -> None:
         self.post(self._job_event, event)
@@ -274,7 +353,7 @@ class GpuemuServer(LanguageServer):
         key = (job.session.root, job.name)
         if job.kind == "validate":
             if kind in ("queued", "started", "progress"):
-                self.running[key] = f"running {job.done}/{job.total}" if job.total else "queued"
+                self.running[key] = f"running, {job.done} of {job.total} cases" if job.total else "queued"
             elif self.running.get(key) is not None:
                 self.running.pop(key, None)
         token = self.tokens.get(job.id)
@@ -298,7 +377,9 @@ class GpuemuServer(LanguageServer):
             self.work_done_progress.report(
                 token,
                 lsp.WorkDoneProgressReport(
-                    message=f"{job.done}/{job.total} cases, {job.failed} not passed", percentage=pct, cancellable=True
+                    message=f"{job.done} of {job.total} cases, {job.failed} not passed",
+                    percentage=pct,
+                    cancellable=True,
                 ),
             )
         elif kind in ("finished", "cancelled", "failed") and token:
@@ -313,6 +394,7 @@ class GpuemuServer(LanguageServer):
         if job.kind in ("validate", "lint"):
             if kind in ("finished", "cancelled", "failed"):
                 job.session.stale = True  # a discoverOps answered before the refresh below rereads first
+                self._run_ended(job, kind, event)
             self._op_state(job, kind, event)
         if kind == "failed":
             self.message(f"gpuemu: {job.kind} {job.name} failed: {event.get('error')}", lsp.MessageType.Error)
@@ -516,6 +598,7 @@ def create_server() -> GpuemuServer:
         ls.options, ls.option_problems = ServerOptions().merged(raw, initial=True)
         ls.jobs = JobRunner(ls._job_event_from_thread, ls.options.jobs)
         ls.loop = asyncio.get_running_loop()
+        ls.protocol.trace = params.trace or lsp.TraceValue.Off  # then `$/setTrace` (pygls keeps it)
         if ls.options.trusted:
             get_zygote()  # the fork server warms up (imports) while the client finishes initializing
         _register_optional_features(ls)
@@ -552,6 +635,9 @@ def create_server() -> GpuemuServer:
         ls.poller.start()
         for s in list(ls.sessions.values()):  # opened at initialize: stored results and config problems now
             ls.publish(s)
+        ls.ready = True
+        for s in list(ls.sessions.values()):  # nothing stored yet: validate once (runOnOpen)
+            ls.first_run(s)
 
     @server.feature(lsp.SHUTDOWN)
     def shutdown(ls: GpuemuServer, _params: Any) -> None:
@@ -580,7 +666,11 @@ def create_server() -> GpuemuServer:
             return
         ops, kernels = s.affected(path)
         mtime = _mtime(path)
-        stale = [o for o in ops if (v := s.view("op", o)) is None or v.finished_at < mtime]
+        stale = [
+            o
+            for o in ops
+            if ((v := s.view("op", o)) is None or v.finished_at < mtime) and not ls.jobs.is_live(s, "validate", o)
+        ]
         stale_k = [k for k in kernels if (v := s.view("kernel", k)) is None or v.finished_at < mtime]
         if stale or stale_k:
             ls.validate(s, stale, stale_k, "open")
@@ -647,6 +737,8 @@ def create_server() -> GpuemuServer:
     def progress_cancel(ls: GpuemuServer, params: lsp.WorkDoneProgressCancelParams) -> None:
         job = ls.token_jobs.get(str(params.token))
         if job is not None:
+            job.cancel.set()
+        for job in ls.batch_jobs.get(str(params.token), []):  # a whole run
             job.cancel.set()
 
     @server.feature(DISCOVER_OPS)
@@ -722,7 +814,38 @@ async def _setup_watching(ls: GpuemuServer) -> None:
 
 
 def _register_optional_features(ls: GpuemuServer) -> None:
-    """Only the features the options enable are registered (and so advertised)."""
+    """Only the features the options enable, and the client can use, are registered (and so advertised)."""
+    if ls.supports("text_document", "completion"):
+
+        @ls.feature(lsp.TEXT_DOCUMENT_COMPLETION, lsp.CompletionOptions(trigger_characters=TRIGGER_CHARACTERS))
+        def completion(ls_: GpuemuServer, params: lsp.CompletionParams) -> lsp.CompletionList | None:
+            got = _toml_document(ls_, params.text_document.uri)
+            if got is None:
+                return None
+            items = toml_completions(got[0], params.position.line, params.position.character, got[1])
+            return lsp.CompletionList(is_incomplete=False, items=items)
+
+    if ls.supports("text_document", "definition"):
+
+        @ls.feature(lsp.TEXT_DOCUMENT_DEFINITION)
+        def definition(ls_: GpuemuServer, params: lsp.DefinitionParams) -> lsp.Location | None:
+            got = _toml_document(ls_, params.text_document.uri)
+            return toml_definition(got[0], params.position.line, params.position.character, got[1]) if got else None
+
+    if ls.supports("text_document", "document_symbol"):
+
+        @ls.feature(lsp.TEXT_DOCUMENT_DOCUMENT_SYMBOL)
+        def symbols(
+            ls_: GpuemuServer, params: lsp.DocumentSymbolParams
+        ) -> list[lsp.DocumentSymbol] | list[lsp.SymbolInformation] | None:
+            got = _toml_document(ls_, params.text_document.uri)
+            if got is None:
+                return None
+            found = toml_symbols(got[0])
+            if ls_.supports("text_document", "document_symbol", "hierarchical_document_symbol_support"):
+                return found
+            return flat_symbols(found, params.text_document.uri)
+
     if ls.options.hover:
 
         @ls.feature(lsp.TEXT_DOCUMENT_HOVER)
@@ -753,30 +876,49 @@ def _register_optional_features(ls: GpuemuServer) -> None:
             return code_lenses(s, path, running) or None
 
 
+def _toml_document(ls: GpuemuServer, uri: Any) -> tuple[str, Path] | None:
+    """(the buffer's text, its workspace root) when ``uri`` is a gpuemu.toml; None for any other document."""
+    path = request_path(uri)
+    if path is None or path.name != CONFIG_NAME:
+        return None
+    try:
+        return ls.workspace.get_text_document(uri).source, path.parent
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
 def _hover(ls: GpuemuServer, params: lsp.HoverParams) -> lsp.Hover | None:
     path = request_path(params.text_document.uri)
     s = ls.session_for(path) if path is not None else None
-    if s is None or s.config is None or path is None:
+    if s is None or path is None:
         return None
     cfg = s.config
-    line = params.position.line + 1
-    if path == s.config_path and cfg.positions is not None:
-        for op in cfg.ops:
-            span = cfg.positions.table_span(("ops", op.index))
-            if span and span.line <= line <= span.end_line:
-                text = op_hover(s.view("op", op.name), op.name, ls.running.get((s.root, op.name)))
-                return lsp.Hover(lsp.MarkupContent(lsp.MarkupKind.Markdown, text), op_header_range(cfg, op))
-        for i, k in enumerate(cfg.kernels):
-            span = cfg.positions.table_span(("kernels", i))
-            if span and span.line <= line <= span.end_line:
+    line = params.position.line
+    if path == s.config_path:  # an op or kernel entry's header and name: its results; any other key: its docs
+        for op in cfg.ops if cfg is not None else ():
+            rng = op_header_range(cfg, op)
+            if rng.start.line <= line <= rng.end.line and cfg.positions is not None:
+                target = op_target(cfg, op)
+                beside = target is None or not target[0].is_file() or target[0].resolve() == cfg.path.resolve()
+                view = s.view("op", op.name)
+                text = op_hover(view, op.name, ls.running.get((s.root, op.name)), beside_diagnostic=beside)
+                return lsp.Hover(lsp.MarkupContent(lsp.MarkupKind.Markdown, text), rng)
+        for i, k in enumerate(cfg.kernels if cfg is not None else ()):
+            head = cfg.positions.key(("kernels", i)) if cfg.positions else None
+            name = cfg.positions.value(("kernels", i, "name")) if cfg.positions else None
+            if head is not None and head.line - 1 <= line <= (name or head).end_line - 1:
                 return lsp.Hover(
                     lsp.MarkupContent(lsp.MarkupKind.Markdown, kernel_hover(s.view("kernel", k.name), k.name))
                 )
+        got = _toml_document(ls, params.text_document.uri)
+        return toml_key_hover(got[0], line, params.position.character) if got else None
+    if cfg is None:
         return None
+    line += 1
     for op in cfg.ops:
         target = op_target(cfg, op)
         if target and target[0].resolve() == path and target[1].start.line == params.position.line:
-            text = op_hover(s.view("op", op.name), op.name, ls.running.get((s.root, op.name)))
+            text = op_hover(s.view("op", op.name), op.name, ls.running.get((s.root, op.name)), beside_diagnostic=True)
             return lsp.Hover(lsp.MarkupContent(lsp.MarkupKind.Markdown, text), target[1])
     if path.suffix in (".cu", ".cuh"):
         for k in cfg.kernels:

@@ -1,8 +1,9 @@
 """Results -> LSP diagnostics, per file, for one workspace.
 
-Where they go: config problems at their position in gpuemu.toml; each failing op on its ``[[ops]]``
-entry and on the op function (or script), or on the exact line an exception or crash came from; a
-reference that failed on the reference; lint findings and nvcc messages on their ``.cu`` lines.
+Where they go: config problems at their position in gpuemu.toml; each kind of failure of an op once: on
+the op function (or script), on the exact line an exception or crash came from, or on the reference when
+the reference failed, with the ``[[ops]]`` entry as related information (on the entry only for an op with
+no code in the workspace); lint findings and nvcc messages on their ``.cu`` lines.
 ``code`` is the failure kind (stable), ``data`` carries op, seed, dtype, shapes, layout and what the
 code actions need.
 """
@@ -121,68 +122,78 @@ def _in_workspace(session: WorkspaceSession, file: str | None) -> Path | None:
         return None
 
 
+def _related(path: Path, rng: lsp.Range, text: str) -> list[lsp.DiagnosticRelatedInformation]:
+    return [lsp.DiagnosticRelatedInformation(lsp.Location(path.as_uri(), rng), text)]
+
+
+def _place(
+    cfg: Config, op: OpConfig, target: tuple[Path, lsp.Range] | None
+) -> tuple[Path, lsp.Range, list[lsp.DiagnosticRelatedInformation]]:
+    """Where one failure's diagnostic goes, with the other place as related information: the code when there
+    is some (its ``[[ops]]`` entry related), else the entry (the reference related, where there is one).
+    One place only, so a failure is one problem, not two."""
+    toml_range = op_header_range(cfg, op)
+    if target is not None and target[0].resolve() != cfg.path.resolve():
+        return target[0].resolve(), target[1], _related(cfg.path, toml_range, f"op {op.name} in {cfg.path.name}")
+    ref = reference_target(cfg, op)
+    if ref is not None and ref[0].resolve() != cfg.path.resolve():
+        return cfg.path, toml_range, _related(ref[0], ref[1], f"reference of {op.name}")
+    return cfg.path, toml_range, []
+
+
 def _op_diagnostics(
     session: WorkspaceSession, cfg: Config, op: OpConfig, view: OpView, out: dict[Path, list[lsp.Diagnostic]]
 ) -> None:
-    toml_range = op_header_range(cfg, op)
-    related = [lsp.DiagnosticRelatedInformation(lsp.Location(cfg.path.as_uri(), toml_range), f"op {op.name}")]
+    """One diagnostic per kind of failure of the op: on the line an exception came from, on the reference for
+    a failing reference, else on the op's function (or script); on its ``[[ops]]`` entry only when it has no
+    code in the workspace (a setup problem, a client-side op)."""
     if view.status == "not_run" or (view.status == "error" and not view.failures):
         setup = view.detail.get("setup_error") or {}
         msg = f"{op.name}: {view.status.replace('_', ' ')}: {view.message}"
         data = {"workspace": str(session.root), "op": op.name, "kind": "op", "status": view.status}
-        code = setup.get("kind", view.status)
-        out[cfg.path].append(
-            lsp.Diagnostic(toml_range, msg, _severity(view.status), code=str(code), source=SOURCE, data=data)
-        )
+        code = str(setup.get("kind", view.status))
         where = _in_workspace(session, setup.get("file"))
-        if where is not None:
-            out[where].append(
-                lsp.Diagnostic(
-                    line_range(where, setup.get("line") or 1),
-                    msg,
-                    lsp.DiagnosticSeverity.Error,
-                    code=str(code),
-                    source=SOURCE,
-                    data=data,
-                    related_information=related,
-                )
+        if where is not None and where != cfg.path.resolve():
+            path, rng = where, line_range(where, setup.get("line") or 1)
+            related = _related(cfg.path, op_header_range(cfg, op), f"op {op.name} in {cfg.path.name}")
+        else:
+            path, rng, related = cfg.path, op_header_range(cfg, op), []
+        out[path].append(
+            lsp.Diagnostic(
+                rng,
+                msg,
+                _severity(view.status),
+                code=code,
+                source=SOURCE,
+                data=data,
+                related_information=related or None,
             )
+        )
         return
     for row, count in _first_per_kind(view):
         data = failure_data(session, view, row)
         message = failure_message(view, row, count)
         code = row["kind"] or row["status"]
-        out[cfg.path].append(
-            lsp.Diagnostic(toml_range, message, _severity(row["status"]), code=code, source=SOURCE, data=data)
-        )
         detail = json.loads(row.get("detail") or "{}")
         at = _in_workspace(session, detail.get("file"))
         if at is not None and detail.get("line"):  # an exception or crash: the line it came from
-            out[at].append(
-                lsp.Diagnostic(
-                    line_range(at, int(detail["line"])),
-                    message,
-                    lsp.DiagnosticSeverity.Error,
-                    code=code,
-                    source=SOURCE,
-                    data=data,
-                    related_information=related,
-                )
+            target: tuple[Path, lsp.Range] | None = (at, line_range(at, int(detail["line"])))
+        else:
+            target = reference_target(cfg, op) if (code or "").startswith("reference_") else op_target(cfg, op)
+        if target is not None and not target[0].exists():
+            target = None  # a module that is not there: the entry says so
+        path, rng, related = _place(cfg, op, target)
+        out[path].append(
+            lsp.Diagnostic(
+                rng,
+                message,
+                _severity(row["status"]),
+                code=code,
+                source=SOURCE,
+                data=data,
+                related_information=related or None,
             )
-            continue
-        target = reference_target(cfg, op) if (code or "").startswith("reference_") else op_target(cfg, op)
-        if target is not None and target[0].resolve() != cfg.path.resolve():
-            out[target[0].resolve()].append(
-                lsp.Diagnostic(
-                    target[1],
-                    message,
-                    _severity(row["status"]),
-                    code=code,
-                    source=SOURCE,
-                    data=data,
-                    related_information=related,
-                )
-            )
+        )
 
 
 def _kernel_diagnostics(

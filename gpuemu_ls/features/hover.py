@@ -96,8 +96,117 @@ def _ratio(v: Any) -> str:
     return f"{v:.2g}x" if v >= 1 else f"{v:.0%}"
 
 
-def op_hover(view: OpView | None, name: str, running: str | None = None) -> str:
-    """The last results of op ``name``: every piece of stored or user text escaped (see the module doc)."""
+def _worst(view: OpView) -> str:
+    """The worst error against tolerance over the run, with the absolute error and tolerance of the worst
+    failing case when there is one."""
+    ratios = [v["max_ratio"] for v in view.by_variant if isinstance(v.get("max_ratio"), (int, float))]
+    if not ratios:
+        return ""
+    worst = max(ratios)
+    if worst >= 1e299:
+        text = "worst error non-finite (NaN or inf where the reference is finite)"
+    else:
+        text = f"worst error {_ratio(worst)}{' tolerance' if worst >= 1 else ' of tolerance'}"
+    numeric = [
+        r for r in view.failures if isinstance(r.get("max_ratio"), (int, float)) and r.get("max_abs") is not None
+    ]
+    if numeric:
+        row = max(numeric, key=lambda r: r["max_ratio"])
+        tol = json.loads(row["tolerance"]) if row.get("tolerance") else None
+        text += f" (max abs err {row['max_abs']:.3g}"
+        text += f", {md(row['dtype'])} atol={tol[0]:g} rtol={tol[1]:g})" if tol else ")"
+    return text
+
+
+def _summary(view: OpView) -> str:
+    parts = [f"{view.passed}/{view.cases} cases passed"]
+    if view.failed:
+        parts.append(f"{view.failed} failed")
+    if view.errors:
+        parts.append(f"{view.errors} errors")
+    return ", ".join(parts)
+
+
+def _span_text(bad_runs: Any, total: Any, noun: str) -> str | None:
+    """Where along one axis the errors sit, in words: "every column", "the last 37 of 1000 columns"."""
+    if not isinstance(total, int) or total <= 0 or not isinstance(bad_runs, list) or not bad_runs:
+        return None
+    spans = [(int(a), int(b)) for a, b in bad_runs if isinstance(a, int) and isinstance(b, int)]
+    if not spans:
+        return None
+    count = sum(b - a for a, b in spans)
+    plural = noun if total == 1 else noun + "s"
+    if len(spans) == 1:
+        a, b = spans[0]
+        if (a, b) == (0, total):
+            return f"every {noun}" if total > 1 else f"the one {noun}"
+        if b == total:
+            return f"the last {b - a} of {total} {plural}"
+        if a == 0:
+            return f"the first {b - a} of {total} {plural}"
+        return f"{plural} {a}..{b - 1} of {total}"
+    shown = ", ".join(f"{a}" if b - a == 1 else f"{a}..{b - 1}" for a, b in spans[:4])
+    more = ", ..." if len(spans) > 4 else ""
+    at_least = "at least " if len(spans) >= 8 else ""  # only the first runs are stored
+    return f"{at_least}{count} of {total} {plural} ({shown}{more})"
+
+
+def _informative(grid: list[list[float]]) -> bool:
+    """A heatmap says something only where its cells differ: an all-``@`` block (errors everywhere) does not."""
+    text = heatmap_text(grid)
+    return len({ch for ch in text if ch != "\n"}) > 1
+
+
+def _where(row: dict[str, Any]) -> list[str]:
+    """Where in the output the first failing case's errors sit: along the rows and columns in words, then the
+    heatmap only when it carries information."""
+    detail = json.loads(row.get("detail") or "{}")
+    outputs = (detail.get("features") or {}).get("outputs") or {}
+    for out_name, feats in outputs.items():
+        if not isinstance(feats, dict):
+            continue
+        rows_text = _span_text(feats.get("bad_row_runs"), feats.get("rows"), "row")
+        if rows_text is None and isinstance(feats.get("bad_rows"), int) and isinstance(feats.get("rows"), int):
+            rows_text = f"{feats['bad_rows']} of {feats['rows']} rows"
+        cols_text = _span_text(feats.get("bad_col_runs"), feats.get("cols"), "column")
+        axes = "; ".join(t for t in (rows_text, cols_text) if t)
+        masked = feats.get("bad_rows_masked")
+        if isinstance(masked, int) and masked:
+            axes += f" ({masked} of them fully masked)"
+        lines = []
+        if axes:
+            lines.append(f"Where {code(out_name)} is wrong at seed {md(row['seed'])}: {md(axes)}")
+        grid = feats.get("heatmap")
+        if isinstance(grid, list) and grid and all(isinstance(r, list) for r in grid) and _informative(grid):
+            lines += ["", "```text", heatmap_text(grid), "```", "(rows x columns, darker = more mismatches)"]
+        if lines:
+            return ["", *lines]
+    return []
+
+
+def _table(view: OpView) -> list[str]:
+    """Cases by dtype x layout, with the distributions that failed in each."""
+    if not view.by_variant:
+        return []
+    failing: dict[tuple[str, str], list[str]] = {}
+    for r in view.failing_by_distribution:
+        failing.setdefault((r["dtype"], r["layout"]), []).append(f"{r['distribution']} ({r['failed']})")
+    with_dists = bool(failing)
+    head = "| dtype | layout | passed | worst / tolerance |" + (" failing distributions |" if with_dists else "")
+    lines = ["", head, "|---|---|---|---|" + ("---|" if with_dists else "")]
+    for v in view.by_variant:
+        cells = [md(v["dtype"]), md(v["layout"]), f"{md(v['passed'])}/{md(v['cases'])}", _ratio(v["max_ratio"])]
+        if with_dists:
+            cells.append(md(", ".join(failing.get((v["dtype"], v["layout"]), [])) or "-"))
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def op_hover(view: OpView | None, name: str, running: str | None = None, *, beside_diagnostic: bool = False) -> str:
+    """The last results of op ``name``: a one-line summary (status, cases, worst error against tolerance),
+    then the table by dtype x layout, then where the errors sit. ``beside_diagnostic``: the editor shows the
+    op's diagnostic above this hover, so its text (the diagnosis, the failing case, the replay) is left out.
+    Every piece of stored or user text is escaped (see the module doc)."""
     if view is None:
         text = f"**{md(name)}**: no results yet"
         return own_links_only(
@@ -109,45 +218,33 @@ def op_hover(view: OpView | None, name: str, running: str | None = None) -> str:
             )
         )
     word = {"passed": "PASS", "failed": "FAIL", "error": "ERROR", "not_run": "NOT RUN"}.get(view.status, view.status)
-    lines = [f"**{md(name)}**: {md(word)}: {md(view.message)} ({_ago(view.finished_at)})"]
+    head = [f"**{md(name)}** {md(word)}", md(_summary(view)) if view.cases else md(view.message)]
+    worst = _worst(view)
+    if worst:
+        head.append(worst)
+    head.append(_ago(view.finished_at))
+    lines = [" · ".join(head)]
     if running:
-        lines[0] += f"; {md(running)}"
-    if view.diagnosis:
-        lines.append(f"\n*Diagnosis:* {md(view.diagnosis)}")
-    if view.by_variant:
-        lines += ["", "| dtype | layout | passed | max error / tolerance |", "|---|---|---|---|"]
-        for v in view.by_variant:
-            passed = f"{md(v['passed'])}/{md(v['cases'])}"
-            lines.append(f"| {md(v['dtype'])} | {md(v['layout'])} | {passed} | {_ratio(v['max_ratio'])} |")
+        lines.append(f"\n*Now:* {md(running)}")
+    lines += _table(view)
     if view.failures:
-        row = view.failures[0]
-        shapes = " ".join(f"{k}={s}" for k, s in json.loads(row["shapes"] or "{}").items())
-        tol = json.loads(row["tolerance"]) if row.get("tolerance") else None
-        numeric = isinstance(row.get("max_abs"), (int, float)) and row.get("kind") == "mismatch"
-        err = f"max abs err {row['max_abs']:.3g}" if numeric else (row.get("message") or "").split("\n")[0]
-        if tol and numeric:
-            err += f" vs atol={tol[0]:g} rtol={tol[1]:g}"
-        lines += [
-            "",
-            f"First failure: **{md(KIND_TEXT.get(row['kind'], row['kind']))}** at seed {md(row['seed'])}: "
-            f"{md(row['dtype'])} {md(shapes)} layout={md(row['layout'])} dist={md(row['distribution'])}: {md(err)}",
-        ]
-        detail = json.loads(row.get("detail") or "{}")
-        for out_name, feats in (detail.get("features", {}).get("outputs") or {}).items():
-            grid = feats.get("heatmap") if isinstance(feats, dict) else None
-            if grid and isinstance(grid, list) and all(isinstance(r, list) for r in grid):
-                lines += [
-                    "",
-                    f"Where {code(out_name)} is wrong (rows x columns, darker = more mismatches):",
-                    "```",
-                    heatmap_text(grid),
-                    "```",
-                ]
-                break
-        mini = view.minimized.get(row["seed"])
-        if mini:
-            lines.append(f"Minimized: {md(' '.join(f'{k}={s}' for k, s in mini['shapes'].items()))}")
-        lines.append(f"\nReplay: {code(replay_command(name, row['seed']))}")
+        lines += _where(view.failures[0])
+        if not beside_diagnostic:
+            if view.diagnosis:
+                lines.append(f"\n*Diagnosis:* {md(view.diagnosis)}")
+            row = view.failures[0]
+            shapes = " ".join(f"{k}={s}" for k, s in json.loads(row["shapes"] or "{}").items())
+            lines.append(
+                f"\nFirst failure: {md(KIND_TEXT.get(row['kind'], row['kind'] or row['status']))} at seed "
+                f"{md(row['seed'])}: {md(row['dtype'])} {md(shapes)} layout={md(row['layout'])} "
+                f"dist={md(row['distribution'])}"
+            )
+            mini = view.minimized.get(row["seed"])
+            if mini:
+                lines.append(f"\nMinimized: {md(' '.join(f'{k}={s}' for k, s in mini['shapes'].items()))}")
+            lines.append(f"\nReplay: {code(replay_command(name, row['seed']))}")
+    elif view.diagnosis and not beside_diagnostic:
+        lines.append(f"\n*Diagnosis:* {md(view.diagnosis)}")
     return own_links_only("\n".join(lines))
 
 

@@ -65,6 +65,11 @@ def function_range(file: Path, name: str) -> lsp.Range | None:
     return lsp.Range(lsp.Position(line, col), lsp.Position(line, end))
 
 
+def top_level_functions(file: Path) -> list[str]:
+    """The names of a file's top-level functions (what ``module = "file:function"`` can name)."""
+    return list(_defs(str(file), _mtime(file)))
+
+
 def callable_target(root: Path, ref: str) -> tuple[Path, lsp.Range] | None:
     mod, _, func = ref.partition(":")
     file = module_file(root, mod)

@@ -178,6 +178,12 @@ class JobRunner:
         """Any other engine call (minimize, reproduce, calibrate) as a cancellable job."""
         return self._start(Job("task", session, label), fn)
 
+    def is_live(self, session: WorkspaceSession, kind: str, name: str) -> bool:
+        """Whether a job of this kind and name runs (or waits) in the workspace: a file opened meanwhile need
+        not start it again (which would cancel it)."""
+        with self.lock:
+            return (str(session.root), kind, name) in self.live
+
     def cancel_all(self) -> None:
         with self.lock:
             jobs = list(self.live.values())

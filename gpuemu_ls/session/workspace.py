@@ -39,6 +39,8 @@ class OpView:
     finished_at: float = 0.0
     failures: list[dict[str, Any]] = field(default_factory=list)
     by_variant: list[dict[str, Any]] = field(default_factory=list)
+    #: not-passed cases per (dtype, layout, distribution): where in the table the failures sit
+    failing_by_distribution: list[dict[str, Any]] = field(default_factory=list)
     minimized: dict[int, dict[str, Any]] = field(default_factory=dict)
     detail: dict[str, Any] = field(default_factory=dict)
 
@@ -227,6 +229,12 @@ class WorkspaceSession:
                 "SELECT dtype, layout, count(*) AS cases, sum(status = 'passed') AS passed,"
                 " max(max_ratio) AS max_ratio, max(max_abs) AS max_abs, max(tolerance) AS tolerance"
                 " FROM cases WHERE run_id = ? AND op = ? GROUP BY dtype, layout ORDER BY dtype, layout",
+                (row["run_id"], row["op"]),
+            )
+            view.failing_by_distribution = store.query(
+                "SELECT dtype, layout, distribution, count(*) AS failed FROM cases"
+                " WHERE run_id = ? AND op = ? AND status != 'passed'"
+                " GROUP BY dtype, layout, distribution ORDER BY dtype, layout, failed DESC, distribution",
                 (row["run_id"], row["op"]),
             )
             view.minimized = {s: m for s, m in minimized.items() if any(f["seed"] == s for f in view.failures)}

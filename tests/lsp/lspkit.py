@@ -38,8 +38,9 @@ REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
 SERVER_CMD = [sys.executable, "-m", "gpuemu_ls.server"]
 CAPABILITIES = {"vscode": "visual-studio-code", "neovim": "neovim"}
-#: init options that keep every run small: quick mode, a handful of cases, fast store polling
-FAST: dict[str, Any] = {"mode": "quick", "iterations": 6, "pollStoreSeconds": 0.3}
+#: init options that keep every run small: quick mode, a handful of cases, fast store polling; no first run of
+#: every op when the workspace opens (tests/lsp/test_first_run.py turns it on where it is the subject)
+FAST: dict[str, Any] = {"mode": "quick", "iterations": 6, "pollStoreSeconds": 0.3, "runOnOpen": "off"}
 FINAL_STATES = {"passed", "failed", "error", "not_run", "cancelled", "errored"}
 DEFAULT_TIMEOUT = 60.0
 
@@ -128,6 +129,7 @@ class GpuemuClient(LanguageClient):
         self.files: dict[str, str] = {}  # in-memory copies the client edits (uri -> text)
         self.versions: dict[str, int] = {}  # open documents
         self.log_file: Path | None = None
+        self.traces: list[lsp.LogTraceParams] = []  # $/logTrace
 
     # what the server sent -------------------------------------------------------------------------
     def diags(self, target: Path | str) -> list[lsp.Diagnostic]:
@@ -383,6 +385,10 @@ def _publish_diagnostics(client: GpuemuClient, params: lsp.PublishDiagnosticsPar
     client.diagnostic_log.append((time.monotonic(), params.uri, list(params.diagnostics)))
 
 
+def _log_trace(client: GpuemuClient, params: lsp.LogTraceParams) -> None:
+    client.traces.append(params)
+
+
 def _op_state(client: GpuemuClient, params: Any) -> None:
     state = dict(params) if isinstance(params, dict) else params
     state["_t"] = time.monotonic()
@@ -401,6 +407,7 @@ CLIENT_FEATURES: dict[str, Callable[..., Any]] = {
     lsp.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS: _publish_diagnostics,
     lsp.WORKSPACE_CONFIGURATION: _configuration,
     lsp.WORKSPACE_CODE_LENS_REFRESH: _code_lens_refresh,
+    lsp.LOG_TRACE: _log_trace,
     "gpuemu/opState": _op_state,
 }
 

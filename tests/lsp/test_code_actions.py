@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import difflib
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -21,7 +22,8 @@ OP, TWIN = "softmax_tail_mask", "softmax_tail_mask_ok"
 
 
 async def failing(editor: Any, buggy_ws: Any, ops: tuple[str, ...] = (OP, TWIN), **opts: Any):
-    """A server on a workspace where OP has just failed after a save: (client, root, diag on def, diag on toml)."""
+    """A server on a workspace where OP has just failed after a save: (client, root, its one diagnostic (on the
+    def), the range of its [[ops]] entry in gpuemu.toml (the diagnostic's related information))."""
     root = buggy_ws(list(ops))
     src = root / "softmax_tail_mask.py"
     client: GpuemuClient = await editor.start(root, {**FAST, **opts})
@@ -29,8 +31,10 @@ async def failing(editor: Any, buggy_ws: Any, ops: tuple[str, ...] = (OP, TWIN),
     for name in ops:  # the save's runs are over (the open's run, superseded, may have published first)
         await client.wait_state(name, {"failed"} if name == OP else {"passed"})
     on_def = await client.wait_op_diagnostic(src, OP, code="mismatch")
-    on_toml = await client.wait_op_diagnostic(root / "gpuemu.toml", OP, code="mismatch")
-    return client, root, on_def, on_toml
+    assert on_def.related_information, on_def
+    entry = on_def.related_information[0].location
+    assert entry.uri == uri_of(root / "gpuemu.toml")
+    return client, root, on_def, entry.range
 
 
 def _by_title(actions: list[Any], start: str) -> lsp.CodeAction:
@@ -47,9 +51,9 @@ def _run_repro(path: Path) -> subprocess.CompletedProcess[str]:
 
 
 async def test_code_actions_offered_for_a_failure(editor: Any, buggy_ws: Any) -> None:
-    client, root, on_def, on_toml = await failing(editor, buggy_ws)
+    client, root, on_def, _ = await failing(editor, buggy_ws)
     seed = on_def.data["seed"]
-    for where, diag in ((root / "softmax_tail_mask.py", on_def), (root / "gpuemu.toml", on_toml)):
+    for where, diag in ((root / "softmax_tail_mask.py", on_def),):
         actions = await client.code_actions(where, [diag])
         args = [{"workspace": str(root.resolve()), "op": OP, "seed": seed}]
         repro = _by_title(actions, f"Reproduce failure of {OP} (seed {seed})")
@@ -199,7 +203,7 @@ async def test_apply_calibrated_tolerance_makes_a_correct_op_pass(editor: Any, w
     toml = root / "gpuemu.toml"
     client = await editor.start(root)
     client.save(root / "approx.py")
-    diag = await client.wait_op_diagnostic(toml, "gelu")
+    diag = await client.wait_op_diagnostic(root / "approx.py", "gelu")
     assert diag.code == "mismatch"
 
     # the edit is shown and asked for first: "Cancel" applies nothing
@@ -228,7 +232,7 @@ async def test_apply_calibrated_tolerance_makes_a_correct_op_pass(editor: Any, w
     assert [r["status"] for r in out["results"]][:1] in (["passed"], ["cancelled"]), out
     state = await client.wait_state("gelu", {"passed", "failed", "error"}, since=since)
     assert state["state"] == "passed", state
-    await client.wait_diagnostics(toml, lambda ds: not ds)
+    await client.wait_diagnostics(root / "approx.py", lambda ds: not ds)
 
 
 TOML_SAVE_BUG = (
@@ -248,14 +252,14 @@ async def test_saving_an_edited_toml_revalidates_the_changed_op(editor: Any, wor
     client = await editor.start(root)
     client.save(root / "approx.py")
     await client.wait_state("gelu", {"failed"})
-    await client.wait_op_diagnostic(toml, "gelu")
+    await client.wait_op_diagnostic(root / "approx.py", "gelu")
     client.open(toml)
     await asyncio.sleep(0.5)
     since = len(client.op_states)
     client.save(toml, APPROX_TOML.replace("atol = 1e-5, rtol = 1e-5", "atol = 1e-3, rtol = 1e-3"))
     state = await client.wait_state("gelu", {"passed", "failed", "error"}, since=since, timeout=5)
     assert state["state"] == "passed", state
-    await client.wait_diagnostics(toml, lambda ds: not ds, timeout=10)
+    await client.wait_diagnostics(root / "approx.py", lambda ds: not ds, timeout=10)
 
 
 @pytest.mark.parametrize("editor", ["vscode"], indirect=True)
@@ -267,7 +271,7 @@ async def test_run_commands(editor: Any, buggy_ws: Any) -> None:
     out = await client.execute("gpuemu.runOp", {"workspace": ws, "op": OP})
     assert [(r["id"], r["name"], r["status"]) for r in out["results"]] == [(f"op:{OP}", OP, "failed")]
     assert out["results"][0]["workspace"] == ws
-    await client.wait_op_diagnostic(root / "gpuemu.toml", OP)
+    await client.wait_op_diagnostic(root / "softmax_tail_mask.py", OP)
     assert [s["state"] for s in client.states(TWIN)] == [], "runOp ran more than the op it names"
 
     for command, mode in (("gpuemu.runAll", "quick"), ("gpuemu.runQuick", "quick"), ("gpuemu.runThorough", "thorough")):
@@ -279,56 +283,75 @@ async def test_run_commands(editor: Any, buggy_ws: Any) -> None:
         assert statuses[OP] in ("failed", "passed")
         for name in (OP, TWIN):
             assert client.states(name, since)[-1]["state"] in ("failed", "passed")
-        # each run says in its progress which mode it runs in
-        modes = {
-            v.title.rsplit(" ", 1)[-1]: v.message
-            for _, _, v in client.progress_log[began:]
-            if isinstance(v, lsp.WorkDoneProgressBegin)
-        }
+        # each op's progress says which mode it runs in; the run's own counts its ops
+        begins = [v for _, _, v in client.progress_log[began:] if isinstance(v, lsp.WorkDoneProgressBegin)]
+        modes = {v.title.rsplit(" ", 1)[-1]: v.message for v in begins if v.title.startswith("gpuemu: Validating ")}
         assert modes == {OP: f"{mode} (run request)", TWIN: f"{mode} (run request)"}, (command, modes)
+        runs = [v for v in begins if v.title == "gpuemu: run request: 2 ops"]
+        assert len(runs) == 1 and runs[0].message == "running 1 of 2 ops", begins
     found = await client.request("gpuemu/discoverOps")
     assert {i["name"]: i["status"] for i in found["workspaces"][0]["items"]} == statuses  # the last run's
 
 
 # --- hover and code lens -----------------------------------------------------------------------------
-async def test_hover_shows_results_and_heatmap(editor: Any, buggy_ws: Any) -> None:
-    client, root, on_def, on_toml = await failing(editor, buggy_ws)
+async def test_hover_summary_first_table_heatmap_only_when_informative(editor: Any, buggy_ws: Any) -> None:
+    client, root, on_def, entry = await failing(editor, buggy_ws)
     toml, src = root / "gpuemu.toml", root / "softmax_tail_mask.py"
+    seed = on_def.data["seed"]
+    width = on_def.data["shapes"]["x"][1]
 
-    texts = []
-    for path, pos in ((toml, on_toml.range.end), (src, on_def.range.start)):
+    texts = {}
+    for where, path, pos in (("toml", toml, entry.end), ("def", src, on_def.range.start)):
         hover = await client.hover(path, pos.line, pos.character + 1)
         assert hover is not None, path
         assert isinstance(hover.contents, lsp.MarkupContent) and hover.contents.kind == lsp.MarkupKind.Markdown
-        texts.append(hover.contents.value)
-    for text in texts:
-        assert text.startswith(f"**{OP}**: FAIL")
-        assert "| dtype | layout | passed | max error / tolerance |" in text
-        rows = [line for line in text.split("\n") if line.startswith("| float32 |")]
-        assert rows, text
-        assert "First failure: **" in text and f"seed {on_def.data['seed']}" in text
-        block = text.split("```")
-        assert len(block) >= 3, f"no heatmap block in hover:\n{text}"
-        heat = block[1].strip("\n").split("\n")
+        texts[where] = hover.contents.value
+    for where, text in texts.items():
+        first = text.split("\n")[0]
+        # the summary comes first: status, cases, worst error against tolerance
+        assert first.startswith(f"**{OP}** FAIL · "), (where, first)
+        assert re.search(r"\d+/\d+ cases passed, \d+ failed", first), first
+        assert re.search(r"worst error [\d.e+]+x tolerance \(max abs err [\d.e+-]+, float32 atol=", first), first
+        # then the table by dtype x layout, with the distributions that failed in each row
+        table = text.index("| dtype | layout | passed | worst / tolerance | failing distributions |")
+        assert table > len(first)
+        assert [line for line in text.split("\n") if line.startswith("| float32 |")], text
+        # where the errors sit, in words: the leaked padding spoils whole rows, some rows of the case
+        where_line = next(line for line in text.split("\n") if line.startswith("Where "))
+        assert f"at seed {seed}: " in where_line and " rows " in where_line, where_line
+        assert where_line.endswith("every column"), where_line
+        # the heatmap shows because the errors sit somewhere, not everywhere: it has cells of more than one shade
+        block = text.split("```text\n")
+        assert len(block) == 2, f"no heatmap block in hover:\n{text}"
+        heat = block[1].split("```")[0].strip("\n").split("\n")
         assert heat and all(len(row) == len(heat[0]) for row in heat), heat
-        assert any(ch not in " ·" for row in heat for ch in row), "an all-blank heatmap shows nothing"
-        assert f"Replay: `gpuemu reproduce --op {OP} --seed {on_def.data['seed']}`" in text
+        assert len({ch for row in heat for ch in row}) > 1, f"an uninformative heatmap was shown: {heat}"
+    # beside the diagnostic (on the def) its text is not repeated; in gpuemu.toml, where no diagnostic sits, it is
+    message = on_def.message
+    diagnosis = next((line for line in message.split("\n") if line.startswith("diagnosis: ")), None)
+    assert diagnosis, message
+    assert "Diagnosis" not in texts["def"] and "Replay" not in texts["def"] and "First failure" not in texts["def"]
+    assert message.split("\n")[0] not in texts["def"]
+    assert "*Diagnosis:*" in texts["toml"] and f"Replay: `gpuemu reproduce --op {OP} --seed {seed}`" in texts["toml"]
+    assert width % 128 != 0
 
     twin_line = line_of(toml.read_text(), f'name = "{TWIN}"')
     twin = await client.hover(toml, twin_line, 3)
-    assert twin is not None and twin.contents.value.startswith(f"**{TWIN}**: PASS")
-    assert "```" not in twin.contents.value
-    # not on an op: no hover
-    assert await client.hover(toml, line_of(toml.read_text(), "[project]"), 1) is None
+    assert twin is not None and twin.contents.value.startswith(f"**{TWIN}** PASS · ")
+    assert "of tolerance" in twin.contents.value.split("\n")[0]
+    assert "```" not in twin.contents.value and "failing distributions" not in twin.contents.value
+    # elsewhere in gpuemu.toml: the key's docs
+    project = await client.hover(toml, line_of(toml.read_text(), "[project]"), 2)
+    assert project is not None and "The project." in project.contents.value
 
 
 @pytest.mark.parametrize("editor", ["neovim"], indirect=True)
 async def test_code_lens_shows_status_and_runs_the_op(editor: Any, buggy_ws: Any) -> None:
-    client, root, _, on_toml = await failing(editor, buggy_ws)
+    client, root, _, entry = await failing(editor, buggy_ws)
     toml, src = root / "gpuemu.toml", root / "softmax_tail_mask.py"
     src_text = src.read_text()
     for path, lines in (
-        (toml, {OP: on_toml.range.start.line, TWIN: line_of(toml.read_text(), f'name = "{TWIN}"') - 1}),
+        (toml, {OP: entry.start.line, TWIN: line_of(toml.read_text(), f'name = "{TWIN}"') - 1}),
         (src, {OP: line_of(src_text, f"def {OP}("), TWIN: line_of(src_text, f"def {TWIN}(")}),
     ):
         lenses = await client.code_lens(path)

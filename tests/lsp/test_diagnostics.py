@@ -22,29 +22,33 @@ def toml_entry_lines(text: str, name: str) -> tuple[int, int]:
     return header, name_line
 
 
-async def test_save_publishes_failure_on_toml_entry_and_def_line(editor: Any, buggy_ws: Any, request: Any) -> None:
+async def test_save_publishes_one_diagnostic_per_failure_on_the_def_with_its_entry_related(
+    editor: Any, buggy_ws: Any, request: Any
+) -> None:
     root = buggy_ws([OP, TWIN])
     toml, src = root / "gpuemu.toml", root / "softmax_tail_mask.py"
     client: GpuemuClient = await editor.start(root)
     client.open(src)
     t0 = time.monotonic()
     client.save(src)
-    on_toml = await client.wait_op_diagnostic(toml, OP, code="mismatch")
+    on_def = await client.wait_op_diagnostic(src, OP, code="mismatch")
     record_latency(request, f"save->diagnostics ({editor.kind})", time.monotonic() - t0)
+    assert on_def.severity == lsp.DiagnosticSeverity.Error
+    assert on_def.source == "gpuemu"
 
-    # the [[ops]] entry: from its header to its name, checked against the file's text
+    # related information: the [[ops]] entry, from its header to its name, checked against the file's text
     text = toml.read_text()
     header, name_line = toml_entry_lines(text, OP)
-    assert on_toml.range.start == lsp.Position(header, 0)
-    assert on_toml.range.end.line == name_line
-    assert on_toml.range.end.character == len(text.split("\n")[name_line].rstrip())
-    assert on_toml.severity == lsp.DiagnosticSeverity.Error
-    assert on_toml.source == "gpuemu"
-    assert on_toml.code == "mismatch"
+    [related] = on_def.related_information or []
+    assert related.location.uri == uri_of(toml)
+    assert related.location.range.start == lsp.Position(header, 0)
+    assert related.location.range.end.line == name_line
+    assert related.location.range.end.character == len(text.split("\n")[name_line].rstrip())
+    assert OP in related.message
 
-    data = on_toml.data
+    data = on_def.data
     assert data["op"] == OP and data["workspace"] == str(root.resolve())
-    assert data["failureKind"] == on_toml.code
+    assert data["failureKind"] == on_def.code
     assert isinstance(data["seed"], int)
     assert data["dtype"] == "float32"  # quick mode: the first dtype only
     assert data["layout"] in ("contiguous", "transposed", "strided")
@@ -53,7 +57,7 @@ async def test_save_publishes_failure_on_toml_entry_and_def_line(editor: Any, bu
     assert len(shape) == 2 and shape[1] % 128 != 0, "the tail-mask bug shows only when N % 128 != 0"
     assert data["replay"] == f"gpuemu reproduce --op {OP} --seed {data['seed']}"
 
-    msg = on_toml.message
+    msg = on_def.message
     for part in (
         OP,
         "[mismatch]",
@@ -67,23 +71,23 @@ async def test_save_publishes_failure_on_toml_entry_and_def_line(editor: Any, bu
     ):
         assert part in msg, (part, msg)
 
-    # the op function: the name in `def softmax_tail_mask(`
-    on_def = await client.wait_op_diagnostic(src, OP, code="mismatch")
+    # on the op function: the name in `def softmax_tail_mask(`
     src_text = src.read_text()
     def_line = line_of(src_text, f"def {OP}(")
     col = src_text.split("\n")[def_line].index(OP)
     assert on_def.range == lsp.Range(lsp.Position(def_line, col), lsp.Position(def_line, col + len(OP)))
-    assert on_def.code == "mismatch" and on_def.source == "gpuemu"
-    assert on_def.data == data and on_def.message == msg
-    assert on_def.related_information and on_def.related_information[0].location.uri == uri_of(toml)
 
     # the fixed twin ran too (same file) and passed: no diagnostic of its own anywhere
     twin = await client.wait_state(TWIN, {"passed", "failed", "error"})
     assert twin["state"] == "passed", twin
     await client.wait_state(OP, {"failed"})
-    await client.wait_diagnostics(toml, lambda ds: any(d.data.get("op") == OP for d in ds))
+    await client.wait_diagnostics(src, lambda ds: any(d.data.get("op") == OP for d in ds))
     assert client.gpuemu_diags(toml, TWIN) == [] and client.gpuemu_diags(src, TWIN) == []
     assert {d.range.start.line for d in client.gpuemu_diags(src)} == {def_line}
+    # one problem per failure: gpuemu.toml carries none of the op's (its entry is the related information)
+    assert client.gpuemu_diags(toml, OP) == []
+    kinds = [d.code for d in client.gpuemu_diags(src, OP)]
+    assert len(kinds) == len(set(kinds)), kinds
 
 
 PICKY_PY = '''\
@@ -116,9 +120,9 @@ async def test_exception_lands_on_the_raising_line(editor: Any, workspace: Any) 
     assert diag.severity == lsp.DiagnosticSeverity.Error
     assert "odd row lengths are not supported" in diag.message
     assert diag.data["shapes"]["x"][1] % 2 == 1
-    # and on the toml entry
-    on_toml = await client.wait_op_diagnostic(root / "gpuemu.toml", "picky")
-    assert on_toml.code == "op_error"
+    # once: the toml entry is its related information, not a second problem
+    assert diag.related_information and diag.related_information[0].location.uri == uri_of(root / "gpuemu.toml")
+    assert client.gpuemu_diags(root / "gpuemu.toml", "picky") == []
 
 
 CRASH_REF = """\
@@ -185,7 +189,7 @@ async def test_crashing_and_hanging_references_are_errors_and_the_server_survive
     hung = await client.wait_op_diagnostic(hang, "hangy", timeout=90)
     assert hung.code == "reference_timeout" and hung.severity == lsp.DiagnosticSeverity.Error
     assert "2 s" in hung.message
-    assert (await client.wait_op_diagnostic(root / "gpuemu.toml", "hangy")).code == "reference_timeout"
+    assert client.gpuemu_diags(root / "gpuemu.toml", "hangy") == []  # on the reference only
 
     # the server still works: a fixed reference, saved, makes the op pass and clears its diagnostics
     since = len(client.op_states)
@@ -193,7 +197,7 @@ async def test_crashing_and_hanging_references_are_errors_and_the_server_survive
     state = await client.wait_state("crashy", {"passed", "failed", "error"}, since=since)
     assert state["state"] == "passed", state
     await client.wait_diagnostics(crash, lambda ds: not ds)
-    await client.wait_diagnostics(root / "gpuemu.toml", lambda ds: {d.data.get("op") for d in ds} == {"hangy"})
+    await client.wait_diagnostics(hang, lambda ds: {d.data.get("op") for d in ds} == {"hangy"})
 
 
 # --- configuration errors -----------------------------------------------------------------------------
@@ -299,7 +303,7 @@ async def test_diagnostics_at_startup(editor: Any, buggy_ws: Any, workspace: Any
     )
     assert await proc.wait() == 1
     client = await editor.start(root, {**FAST, "onOpen": False})
-    diag = await client.wait_op_diagnostic(root / "gpuemu.toml", OP, timeout=3)
+    diag = await client.wait_op_diagnostic(root / "softmax_tail_mask.py", OP, timeout=3)
     assert diag.code == "mismatch"
 
     # a configuration error present at startup

@@ -48,7 +48,9 @@ async def test_disabled_features_are_not_registered(editor: Any, workspace: Any)
 @pytest.mark.parametrize("editor", ["neovim"], indirect=True)
 async def test_bad_options_are_reported_and_the_server_still_works(editor: Any, workspace: Any) -> None:
     root = workspace(TOML, {"ops.py": OPS_PY})
-    client = await editor.start(root, {"mode": "quick", "colour": "red", "iterations": "many", "onOpen": False})
+    client = await editor.start(
+        root, {"mode": "quick", "colour": "red", "iterations": "many", "onOpen": False, "runOnOpen": "off"}
+    )
     await client.wait_for(lambda: len(client.messages) >= 2, timeout=15, what="two showMessage")
     texts = client.message_texts()
     unknown = [t for t in texts if "'colour'" in t]

@@ -38,7 +38,15 @@ SERVER_CMD = [PY, "-m", "gpuemu_ls.server"]
 ZYGOTE_MARK = "gpuemu_ls.engine.run.zygote"
 WORKER_MARK = "gpuemu_ls.engine.run.worker"
 #: Options that keep a server quiet and small: nothing runs unless a test asks, no file watching.
-QUIET = {"mode": "quick", "iterations": 1, "onOpen": False, "onSave": False, "watch": "off", "pollStoreSeconds": 0.5}
+QUIET = {
+    "mode": "quick",
+    "iterations": 1,
+    "onOpen": False,
+    "onSave": False,
+    "runOnOpen": "off",
+    "watch": "off",
+    "pollStoreSeconds": 0.5,
+}
 LONG = 120.0  # generous: the machine running this suite is shared and loaded
 
 

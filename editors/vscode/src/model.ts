@@ -573,6 +573,8 @@ export function serverSettings(get: ConfigGetter, trusted: boolean): Record<stri
   const jobs = pos(get("jobs"));
   if (jobs !== null) out.jobs = jobs;
   out.storePath = str(get("storePath"));
+  const runOnOpen = get("runOnOpen");
+  if (runOnOpen === "quick" || runOnOpen === "off") out.runOnOpen = runOnOpen;
   return out;
 }
 

@@ -42,8 +42,25 @@ def output_features(cmp: Comparison, inputs: dict[str, np.ndarray], op: OpConfig
         feats["masked_rows"] = int(masked.sum())
         feats["bad_rows_masked"] = int((rows_bad & masked).sum())
         feats["bad_rows_with_inf"] = int((rows_bad & any_inf).sum())
+    cols_bad = mask.reshape(-1, width).any(axis=0) if mask.size else np.zeros(0, dtype=bool)
+    feats["cols"] = int(cols_bad.size)
+    feats["bad_cols"] = int(cols_bad.sum())
+    feats["bad_row_runs"] = runs(rows_bad)
+    feats["bad_col_runs"] = runs(cols_bad)
     feats["heatmap"] = heatmap(mask)
     return feats
+
+
+MAX_RUNS = 8
+
+
+def runs(bad: np.ndarray) -> list[list[int]]:
+    """The first ``MAX_RUNS`` runs of True as ``[start, stop)``, so a reader can say "the last 37 columns"
+    exactly, which the coarse heatmap cannot."""
+    if bad.size == 0 or not bad.any():
+        return []
+    edges = np.flatnonzero(np.diff(np.concatenate(([0], bad.astype(np.int8), [0]))))
+    return [[int(a), int(b)] for a, b in zip(edges[0::2], edges[1::2])][:MAX_RUNS]
 
 
 def heatmap(mask: np.ndarray) -> list[list[float]]:

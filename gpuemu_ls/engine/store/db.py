@@ -63,6 +63,20 @@ def store_path(root: Path) -> Path:
     return Path(env).expanduser().resolve() if env else (root / DEFAULT_RELATIVE)
 
 
+def _make_folder(folder: Path) -> None:
+    """The store's folder, with a ``.gitignore`` of ``*`` when this call creates it: results, snapshots and
+    reproductions are this machine's state, never to show in ``git status`` (a folder that already existed
+    is left as its owner has it)."""
+    try:
+        folder.mkdir(parents=True, mode=0o700)
+    except FileExistsError:
+        return
+    try:
+        (folder / ".gitignore").write_text("*\n", encoding="utf-8")
+    except OSError:  # a folder it cannot write into fails below, with the store's own message
+        pass
+
+
 def encode_arrays(arrays: dict[str, np.ndarray]) -> bytes:
     """A compressed, self-describing container for named arrays (bf16 kept as bf16)."""
     header: dict[str, Any] = {}
@@ -142,7 +156,7 @@ class Store:
 
     # --- opening ---------------------------------------------------------------------------
     def _open_for_writing(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        _make_folder(self.path.parent)
         if not self.path.exists():
             _create(self.path)
         self._regular_file()

@@ -1,0 +1,210 @@
+"""Completion in gpuemu.toml, from the server so that every editor has it (no TOML extension needed).
+
+Keys come by table from the checker's schema (:mod:`..engine.config.keydocs`), with their docs; values
+for the keys that take names (dtypes, layouts, distributions, invariants, frameworks, execution modes,
+call styles, signs, booleans), ``module = "file:function"`` from the top-level functions of the
+workspace's ``.py`` files, and reference, script and source paths from its files. Every item carries a
+text edit over what was typed, so ``:``, ``.`` and ``/`` inside a value do not split the word.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from lsprotocol import types as lsp
+
+from ..engine.config.keydocs import (
+    ARRAY_TABLES,
+    BOOL_KEYS,
+    ENUM_VALUES,
+    FREE_TABLES,
+    KEYS,
+    TABLE_KEYS,
+    VALUE_DOCS,
+    key_doc,
+)
+from .ranges import top_level_functions
+from .toml_context import HEADER, Spot, analyze, enclosing_header, split_key
+
+TRIGGER_CHARACTERS = ['"', "[", ".", ":", "/"]
+#: Folders never searched for modules and scripts (environments, caches, gpuemu's own state).
+SKIP_DIRS = {".git", ".venv", "venv", "node_modules", "__pycache__", ".gpuemu", ".tox", "build", "dist", ".mypy_cache"}
+MAX_FILES = 2000
+MAX_DEPTH = 6
+
+
+def toml_completions(text: str, line: int, character: int, root: Path) -> list[lsp.CompletionItem]:
+    """The completion items at a position of a gpuemu.toml buffer of the workspace at ``root``."""
+    spot = analyze(text, line, character)
+    cursor = lsp.Position(line, character)
+    if spot.kind == "header":
+        return _headers(text, line, character)
+    if spot.kind == "key":
+        return _keys(spot, text, cursor)
+    if spot.kind == "value":
+        return _values(spot, cursor, root)
+    return []
+
+
+def _edit(spot: Spot, cursor: lsp.Position, new_text: str) -> lsp.TextEdit:
+    return lsp.TextEdit(lsp.Range(lsp.Position(*spot.start), cursor), new_text)
+
+
+def _doc(text: str) -> lsp.MarkupContent:
+    return lsp.MarkupContent(lsp.MarkupKind.Markdown, text)
+
+
+def _keys(spot: Spot, text: str, cursor: lsp.Position) -> list[lsp.CompletionItem]:
+    table = spot.schema
+    if table is None or table in FREE_TABLES:  # a name of the user's: nothing to offer
+        return []
+    present = _present_keys(text, spot)
+    where = f"[{'.'.join(table).replace('*', '<name>')}]" if table else "top level"
+    items = []
+    for i, key in enumerate(sorted(KEYS.get(table, ()))):
+        if key in present:
+            continue
+        is_table = (*table, key) in TABLE_KEYS
+        items.append(
+            lsp.CompletionItem(
+                key,
+                kind=lsp.CompletionItemKind.Module if is_table else lsp.CompletionItemKind.Property,
+                detail=f"gpuemu.toml {where}",
+                documentation=_doc(key_doc(table, key) or ""),
+                sort_text=f"{i:03d}",
+                filter_text=key,
+                text_edit=_edit(spot, cursor, key),
+            )
+        )
+    return items
+
+
+def _present_keys(text: str, spot: Spot) -> set[str]:
+    """Keys already set in the table the cursor is in, so they are not offered again (only for a table
+    written as a header or the top level: inline tables and dotted keys get every key)."""
+    lines = text.split("\n")
+    header_line, keys, _ = enclosing_header(lines, spot.start[0])
+    if tuple(keys) != spot.table:
+        return set()
+    out: set[str] = set()
+    for i in range((header_line + 1) if header_line is not None else 0, len(lines)):
+        if HEADER.match(lines[i]):
+            break
+        head, eq, _ = lines[i].partition("=")
+        parts = split_key(head) if eq and i != spot.start[0] else []
+        if len(parts) == 1 and head.strip() == head.strip().strip(".") and not lines[i].startswith((" ", "\t", "]")):
+            out.add(parts[0])
+    return out
+
+
+def _headers(text: str, line: int, character: int) -> list[lsp.CompletionItem]:
+    """``[table]`` and ``[[ops]]`` headers, replacing the whole bracketed text typed so far."""
+    body = text.split("\n")[line]
+    first = len(body) - len(body.lstrip())
+    end = character
+    while end < len(body) and body[end] in "] \t":  # a closing bracket the editor added
+        end += 1
+    rng = lsp.Range(lsp.Position(line, first), lsp.Position(line, end))
+    items = []
+    paths = sorted(p for p in (set(KEYS) | FREE_TABLES) if p and "*" not in p and p != ("ops", "inputs"))
+    for i, path in enumerate(paths):
+        name = ".".join(path)
+        header = f"[[{name}]]" if path in ARRAY_TABLES else f"[{name}]"
+        doc = key_doc(path[:-1], path[-1]) or ""
+        items.append(
+            lsp.CompletionItem(
+                header,
+                kind=lsp.CompletionItemKind.Module,
+                detail="gpuemu.toml table",
+                documentation=_doc(doc),
+                sort_text=f"{i:03d}",
+                filter_text=header,
+                text_edit=lsp.TextEdit(rng, header),
+            )
+        )
+    return items
+
+
+def _values(spot: Spot, cursor: lsp.Position, root: Path) -> list[lsp.CompletionItem]:
+    table, key = spot.schema, spot.key
+    if table is None:
+        return []
+    candidates: list[tuple[str, str, lsp.CompletionItemKind, str]] = []  # (value, detail, kind, doc)
+    if key in ENUM_VALUES and key_doc(table, key) is not None:
+        values, section = ENUM_VALUES[key]
+        docs = VALUE_DOCS.get(section or "", {})
+        candidates = [(v, key, lsp.CompletionItemKind.EnumMember, docs.get(v, "")) for v in values]
+    elif key in BOOL_KEYS and key_doc(table, key) is not None:
+        if spot.in_string:
+            return []
+        return [
+            lsp.CompletionItem(v, kind=lsp.CompletionItemKind.Value, text_edit=_edit(spot, cursor, v))
+            for v in ("true", "false")
+        ]
+    elif table == ("ops",) and key == "module":
+        candidates = _functions(root)
+    elif table == ("ops",) and key == "reference":
+        candidates = _functions(root) + _files(root, (".py",))
+    elif table == ("ops",) and key == "op_script":
+        candidates = _files(root, (".py",))
+    elif table == ("kernels",) and key == "source":
+        candidates = _files(root, (".cu", ".cuh"))
+    elif table == ("kernels",) and key == "reference":
+        candidates = _files(root, (".py",))
+    items = []
+    for i, (value, detail, kind, doc) in enumerate(candidates):
+        new = value if spot.in_string else f'"{value}"'
+        items.append(
+            lsp.CompletionItem(
+                value,
+                kind=kind,
+                detail=detail,
+                documentation=_doc(doc) if doc else None,
+                sort_text=f"{i:05d}",
+                filter_text=value if spot.in_string else new,
+                text_edit=_edit(spot, cursor, new),
+            )
+        )
+    return items
+
+
+def workspace_files(root: Path, suffixes: tuple[str, ...]) -> list[Path]:
+    """The workspace's files with these suffixes, shallow first, skipping environments and caches."""
+    found: list[Path] = []
+    root = root.resolve()
+    for folder, dirs, files in os.walk(root):
+        depth = len(Path(folder).relative_to(root).parts)
+        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.startswith(".") and depth < MAX_DEPTH)
+        found += [Path(folder) / f for f in sorted(files) if f.endswith(suffixes)]
+        if len(found) >= MAX_FILES:
+            break
+    return found[:MAX_FILES]
+
+
+def module_name(root: Path, file: Path) -> str:
+    """How ``module = "..."`` names a workspace file: ``pkg/mod.py`` -> ``pkg.mod``."""
+    parts = list(file.resolve().relative_to(root.resolve()).with_suffix("").parts)
+    if parts and parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _functions(root: Path) -> list[tuple[str, str, lsp.CompletionItemKind, str]]:
+    out = []
+    for file in workspace_files(root, (".py",)):
+        mod = module_name(root, file)
+        if not mod or not all(p.isidentifier() for p in mod.split(".")):
+            continue  # not importable under that name
+        rel = file.relative_to(root.resolve()).as_posix()
+        for fn in sorted(top_level_functions(file), key=lambda n: n.startswith("_")):  # private ones last
+            out.append((f"{mod}:{fn}", f"def {fn} in {rel}", lsp.CompletionItemKind.Function, ""))
+    return out
+
+
+def _files(root: Path, suffixes: tuple[str, ...]) -> list[tuple[str, str, lsp.CompletionItemKind, str]]:
+    base = root.resolve()
+    return [
+        (f.relative_to(base).as_posix(), "file", lsp.CompletionItemKind.File, "")
+        for f in workspace_files(root, suffixes)
+    ]
