@@ -68,16 +68,23 @@ BAD_NAMES = {
 }
 
 
-@pytest.mark.parametrize("case", sorted(BAD_NAMES))
-def test_unsafe_op_names_are_configuration_errors(tmp_path: Path, case: str) -> None:
-    relkit.record("security", cases=1)
-    root = _ws(tmp_path / "ws", BAD_NAMES[case])
-    toml = root / "gpuemu.toml"
-    line = [i for i, t in enumerate(toml.read_text().splitlines(), 1) if t.startswith("name = ")][-1]
-    for proc in (relkit.run_cli(root, "test", "--quick", "--no-progress"), relkit.run_check(root, "--quick")):
-        assert proc.returncode == 2, _out(proc)
-        assert f"{toml}:{line}:" in proc.stderr and "op name" in proc.stderr, proc.stderr
+def test_unsafe_op_names_are_configuration_errors(tmp_path: Path) -> None:
+    """Every member of the class is refused at its line by the checker (`gpuemu ops` loads the config)."""
+    for case, name in sorted(BAD_NAMES.items()):
+        relkit.record("security", cases=1)
+        root = _ws(tmp_path / case, name)
+        toml = root / "gpuemu.toml"
+        line = [i for i, t in enumerate(toml.read_text().splitlines(), 1) if t.startswith("name = ")][-1]
+        proc = relkit.run_cli(root, "ops")
+        assert proc.returncode == 2, (case, _out(proc))
+        assert f"{toml}:{line}:" in proc.stderr and "op name" in proc.stderr, (case, proc.stderr)
         assert relkit.no_traceback(_out(proc)), _out(proc)
+
+
+def test_an_unsafe_op_name_stops_test_and_the_gate_before_anything_runs(tmp_path: Path) -> None:
+    root = _ws(tmp_path / "ws", BAD_NAMES["parent"])
+    for proc in (relkit.run_cli(root, "test", "--quick", "--no-progress"), relkit.run_check(root, "--quick")):
+        assert proc.returncode == 2 and "op name" in proc.stderr, _out(proc)
     assert not (root / ".gpuemu" / "repro").exists()
 
 
@@ -103,14 +110,13 @@ def test_unsafe_kernel_names_are_configuration_errors(tmp_path: Path) -> None:
         assert proc.returncode == 2 and "kernel name" in proc.stderr, _out(proc)
 
 
-@pytest.mark.parametrize("tag", ["a b", "x" * 300, "..", ".hidden", "tag;rm", "tag\u00e9"])
-def test_unsafe_baseline_tags_are_usage_errors(tmp_path: Path, tag: str) -> None:
+def test_unsafe_baseline_tags_are_usage_errors(tmp_path: Path) -> None:
     root = _ws(tmp_path / "ws", "op")
-    assert relkit.run_cli(root, "test", "--quick", "--no-progress").returncode == 1
-    for sub in ("store", "show", "diff"):
-        proc = relkit.run_cli(root, "baseline", sub, tag)
-        assert proc.returncode == 2 and "baseline tag" in proc.stderr, _out(proc)
-        assert relkit.no_traceback(_out(proc)), _out(proc)
+    for tag in ("a b", "x" * 300, "..", ".hidden", "tag;rm", "tag\u00e9", "+x"):
+        for sub in ("store", "show", "diff") if tag == ".." else ("store",):
+            proc = relkit.run_cli(root, "baseline", sub, tag)
+            assert proc.returncode == 2 and "baseline tag" in proc.stderr, (tag, _out(proc))
+            assert relkit.no_traceback(_out(proc)), _out(proc)
     assert not (root / "gpuemu-baselines").exists() or not any((root / "gpuemu-baselines").iterdir())
 
 
@@ -156,18 +162,16 @@ def test_a_symlinked_reproduction_folder_is_refused(tmp_path: Path, link: str) -
     if link == ".gpuemu":  # move the store along so the run's results stay readable through the link
         target.rename(elsewhere / ".gpuemu")
         target.symlink_to(elsewhere / ".gpuemu")
-        before = sorted(p.name for p in (elsewhere / ".gpuemu").iterdir())
     else:
         if target.exists():
             target.rmdir()
         target.symlink_to(elsewhere)
-        before = []
     proc = relkit.run_cli(root, "reproduce", "--op", "op", "--seed", str(seed))
     assert proc.returncode == 2, _out(proc)
     assert "refusing to write into" in proc.stderr and "symlink" in proc.stderr, proc.stderr
     assert relkit.no_traceback(_out(proc)), _out(proc)
-    after = sorted(p.name for p in (elsewhere / ".gpuemu").iterdir()) if link == ".gpuemu" else []
-    assert not list(elsewhere.glob("op_*")) and after == before
+    # nothing of the reproduction landed behind the link (the store's own files may, through the link)
+    assert not list(elsewhere.rglob("op_*")) and not (elsewhere / ".gpuemu" / "repro").exists()
 
 
 def test_baselines_are_written_without_following_symlinks(tmp_path: Path) -> None:
