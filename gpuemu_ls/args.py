@@ -81,7 +81,19 @@ def _bounded(what: str, top: int):
 
 
 iterations_arg = _bounded("iterations", MAX_ITERATIONS)
-jobs_arg = _bounded("jobs", MAX_JOBS)
+
+
+def jobs_arg(text: str) -> int | str:
+    """``-j N`` (1..MAX_JOBS) or ``-j auto``: a worker per core this process may use (cgroup and affinity)."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= MAX_JOBS:
+        raise argparse.ArgumentTypeError(f"jobs must be in 1..{MAX_JOBS}, got {text} (or auto)")
+    return value
 
 
 def emit(text: str, output: str | None) -> None:

@@ -51,6 +51,7 @@ from .engine.report.results import (
     overall_status,
     summarize,
 )
+from .engine.run.cpus import resolve_jobs
 from .engine.run.validate import RunOptions, plan_op, replay_spec, run_validation
 from .engine.store.db import Store, StoreError, store_path
 from .engine.tools.calibrate import CalibrationRefused, calibrate, write_tolerances
@@ -96,7 +97,7 @@ def _run_flags(p: argparse.ArgumentParser, *, fuzz: bool = False) -> None:
         dest="jobs",
         metavar="N",
         help="workers at once: ops side by side, or one op's cases split over them when there are fewer ops "
-        "(default: [ci] parallel_jobs, else 1)",
+        "(N in 1..256 or auto; default: [ci] parallel_jobs, else auto: a worker per core this process may use)",
     )
     p.add_argument("--fail-fast", action="store_true", help="stop an op at its first failing case")
     p.add_argument("--format", choices=FORMATS, default="text")
@@ -264,7 +265,8 @@ def _reading_store(cfg: Config) -> Store:
 
 
 def _jobs(cfg: Config, args: argparse.Namespace) -> int:
-    return args.jobs or cfg.ci.parallel_jobs or 1
+    """``-j``, else ``[ci] parallel_jobs``, else auto (the cores cgroup and affinity leave this process)."""
+    return resolve_jobs(args.jobs, cfg.ci.parallel_jobs, memory_limit_mb=cfg.validation.memory_limit_mb)
 
 
 # --- commands ---------------------------------------------------------------------------------
@@ -314,7 +316,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         iterations=iterations,
         seed=args.seed,
         ops=[name],
-        jobs=1,
+        jobs=_jobs(cfg, args),  # one op: its cases split over the workers (not with --fail-fast)
         fail_fast=args.fail_fast,
         source="cli",
         command=argv_text(),
@@ -625,7 +627,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
             method=args.method,
             factor=args.factor,
             seed=args.seed,
-            jobs=args.jobs,
+            jobs=resolve_jobs(args.jobs),
             force=args.force,
         )
     except CalibrationRefused as exc:

@@ -51,7 +51,15 @@ def gate_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--seed", type=seed_arg, metavar="N")
     p.add_argument("--iterations", type=iterations_arg, metavar="N")
-    p.add_argument("--parallel", "--jobs", "-j", type=jobs_arg, dest="jobs", metavar="N")
+    p.add_argument(
+        "--parallel",
+        "--jobs",
+        "-j",
+        type=jobs_arg,
+        dest="jobs",
+        metavar="N",
+        help="worker processes: 1..256 or auto (default: [ci] parallel_jobs, else auto: one per usable core)",
+    )
     p.add_argument("--format", choices=FORMATS, default="text")
     p.add_argument("--output", metavar="FILE", help="write the report there (text still goes to stdout)")
     p.add_argument("--baseline", metavar="TAG|FILE", help="report regressions against this baseline")
@@ -61,7 +69,12 @@ def gate_flags(p: argparse.ArgumentParser) -> None:
         default=None,
         help="regressions fail the gate (default: [policies] fail_on_regression)",
     )
-    p.add_argument("--shard", metavar="K/N", help="run the K-th of N deterministic slices of ops and kernels")
+    p.add_argument(
+        "--shard",
+        metavar="K/N|auto",
+        help="run the K-th of N slices of ops and kernels, balanced by measured cost; auto: K/N from GPUEMU_SHARD "
+        "or GitLab's CI_NODE_INDEX/CI_NODE_TOTAL (docs/ci.md)",
+    )
     p.add_argument("--op", action="append", metavar="NAME", help="only this op (repeatable)")
     p.add_argument("--no-kernels", action="store_true", help="skip the [[kernels]] lint")
     p.add_argument("--no-progress", action="store_true")
@@ -86,6 +99,9 @@ def run_ci(cfg: Config, args: argparse.Namespace) -> int:
     options.on_case = lambda op, r, i, n: progress.case(op, r.status, i, n)
     doc = run_gate(cfg, options)
     progress.close()
+    plan = doc.get("shard_plan") or {}
+    if args.shard is not None and args.shard.strip().lower() == "auto":
+        print(f"gpuemu: --shard auto: shard {plan.get('shard')} ({plan.get('from')})", file=sys.stderr)
     text = render(doc, args.format, show=args.show, replay_prefix=replay_prefix(cfg))
     if args.output:
         emit(text, args.output)

@@ -90,8 +90,10 @@ def _is_install(cmd: str) -> bool:
 
 
 def _github_job(r: Runner, job: dict[str, Any], ctx: dict[str, str]) -> tuple[bool, Path]:
-    """One GitHub job: True when it succeeded. Steps run while the job is green, or with `if: always()`."""
+    """One GitHub job: True when it succeeded. Steps run while the job is green, or with `if: always()`; the
+    job's and the step's `env:` (expressions substituted) reach its commands."""
     ws, failed = r.checkout(), False
+    job_env = {k: _subst(str(v), ctx) for k, v in (job.get("env") or {}).items()}
     for step in job["steps"]:
         cond = step.get("if")
         assert cond in (None, "always()"), f"a step condition this emulation does not know: {cond}"
@@ -101,7 +103,8 @@ def _github_job(r: Runner, job: dict[str, Any], ctx: dict[str, str]) -> tuple[bo
             cmd = _subst(step["run"], ctx)
             if _is_install(cmd):
                 continue
-            failed |= r.run(cmd, ws) != 0
+            environ = {**job_env, **{k: _subst(str(v), ctx) for k, v in (step.get("env") or {}).items()}}
+            failed |= r.run(cmd, ws, **environ) != 0
             continue
         uses, with_ = step["uses"].split("@")[0], step.get("with", {})
         if uses == "actions/upload-artifact":
@@ -169,15 +172,19 @@ def test_github_actions_workflow(name: str, repos: dict[str, Path], tmp_path: Pa
     shards = thorough["strategy"]["matrix"]["shard"]
     results = []
     for i, shard in enumerate(shards):
-        ok, ws = _github_job(r, thorough, {"matrix.shard": shard, "strategy.job-index": str(i)})
+        ctx = {"matrix.shard": shard, "strategy.job-index": str(i), "strategy.job-total": str(len(shards))}
+        ok, ws = _github_job(r, thorough, ctx)
         results.append(ok)
+        doc = json.loads((ws / "shard.json").read_text(encoding="utf-8"))
+        assert doc["shard"] == f"{i + 1}/{len(shards)}", "--shard auto did not read the matrix variables"
+        assert doc["shard_plan"]["costs"] == "baseline 'nightly'", doc["shard_plan"]  # balanced by cost
     assert sorted(a for a in r.artifacts if a.startswith("shard-")) == [f"shard-{i}" for i in range(len(shards))]
     assert all(results) if green else not all(results), "\n".join(r.log)
     _check_regressions(name, [p for a, p in r.artifacts.items() if a.startswith("shard-")])
 
     ok, ws = _github_job(r, wf["jobs"]["merge"], {})
     assert ok is green, "\n".join(r.log)
-    assert (ws / "gpuemu-junit.xml").is_file()
+    assert (ws / "gpuemu-junit.xml").is_file() and (ws / "gpuemu.sarif").is_file()  # one of each, merged
     junit = (ws / "gpuemu-junit.xml").read_text()
     assert junit.count('classname="gpuemu.ops"') == len(load_toml(ws)["ops"])
 
@@ -197,6 +204,7 @@ def test_gitlab_ci_pipeline(name: str, repos: dict[str, Path], tmp_path: Path) -
         ok, ws = _gitlab_job(r, config, "gpuemu-thorough", index, total)
         results.append(ok)
         files += sorted(ws.glob("shard-*.json"))
+        assert json.loads(files[-1].read_text(encoding="utf-8"))["shard"] == f"{index}/{total}"
     assert [f.name for f in files] == [f"shard-{i}.json" for i in range(1, total + 1)]
     assert all(results) if green else not all(results), "\n".join(r.log)
     _check_regressions(name, files)

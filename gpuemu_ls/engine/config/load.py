@@ -272,7 +272,7 @@ class CIConfig:
     quick_dtypes: tuple[str, ...] | None = None
     quick_iterations: int = 16
     thorough_timeout: float | None = None
-    parallel_jobs: int | None = None
+    parallel_jobs: int | str | None = None  # a count, or "auto": a worker per core (run/cpus.py)
     fuzz_iterations: int = 100
     regression_threshold: float = 0.1
 
@@ -886,7 +886,7 @@ class _Checker:
         if "thorough_timeout" in tbl:
             self.nonneg((*path, "thorough_timeout"), tbl["thorough_timeout"], positive=True)
         for k in ("parallel_jobs", "fuzz_iterations"):
-            if k in tbl:
+            if k in tbl and not (k == "parallel_jobs" and tbl[k] == "auto"):
                 self.nonneg((*path, k), tbl[k], "int", positive=True)
         if "regression_threshold" in tbl:
             self.nonneg((*path, "regression_threshold"), tbl["regression_threshold"])

@@ -48,11 +48,13 @@ def from_document(doc: dict[str, Any], tag: str) -> dict[str, Any]:
             "max_rel": stats.get("max_rel"),
             "max_ratio": stats.get("max_ratio"),
             "cases_run": e.get("cases_run"),
+            "elapsed": _seconds(e.get("elapsed")),  # what `--shard` balances CI shards by
         }
     kernels = {}
     for k in doc["kernels"]:
         kernels[k["name"]] = {
             "status": k["status"],
+            "elapsed": _seconds(k.get("elapsed")),
             "resources": k.get("resources", {}),
             "ptx_instructions": k.get("ptx_instructions", {}),
             "sass_instructions": k.get("sass_instructions", {}),
@@ -67,6 +69,11 @@ def from_document(doc: dict[str, Any], tag: str) -> dict[str, Any]:
         "ops": dict(sorted(ops.items())),
         "kernels": dict(sorted(kernels.items())),
     }
+
+
+def _seconds(value: Any) -> float | None:
+    """An op's cost in a baseline: to the hundredth of a second (finer figures would only churn its diffs)."""
+    return round(float(value), 2) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def write_baseline(config: Config, path: Path, baseline: dict[str, Any]) -> Path:

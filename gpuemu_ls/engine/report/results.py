@@ -241,7 +241,14 @@ def merge_documents(docs: list[dict[str, Any]]) -> dict[str, Any]:
                 f"cannot merge: shard(s) {', '.join(f'{k}/{total}' for k in missing)} missing; "
                 "an incomplete merge would pass ops that never ran"
             )
+        digests = {(d.get("shard_plan") or {}).get("digest") for d in docs} - {None}
+        if len(digests) > 1:  # shards balanced by different costs: some ops ran twice, others never
+            raise ValueError(
+                "cannot merge: the shards were planned from different op costs (shard_plan digests "
+                f"{', '.join(sorted(digests))}); give every shard the same --baseline: its costs win over a store's"
+            )
     base = dict(docs[0])
+    base.pop("shard_plan", None)
     seen: dict[tuple[str, str], dict[str, Any]] = {}
     for d in docs:
         for e in d["ops"] + d["kernels"]:
@@ -362,7 +369,7 @@ def document_from_store(
                     "failed": row["failed"],
                     "errors": row["errors"],
                     "planned": detail.get("planned"),
-                    "elapsed": row["duration"] or 0.0,
+                    "elapsed": round(row["duration"] or 0.0, 4),  # as the document of the run itself
                     "stopped": detail.get("stopped"),
                     "setup_error": detail.get("setup_error"),
                     "stats": {k: row[k] for k in ("max_abs", "max_rel", "max_ulp", "max_ratio")},

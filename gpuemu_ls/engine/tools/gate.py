@@ -3,13 +3,15 @@
 Quick mode: float32 plus a few half-precision cases (``[ci] quick_dtypes`` overrides), default and
 boundary shapes, ``[ci.quick]`` iterations.
 Thorough: every dtype, layout, shape strategy and distribution, ``[ci] fuzz_iterations`` cases, with
-``[ci] thorough_timeout`` as each op's time budget. Ops run in parallel processes; ``--shard K/N``
-splits ops and kernels deterministically (sorted by name, round robin) so a CI matrix covers each
+``[ci] thorough_timeout`` as each op's time budget. Ops run in parallel processes (``--jobs auto`` by
+default: :mod:`..run.cpus`); ``--shard K/N`` (or ``auto``, from the CI's matrix variables) splits ops and
+kernels deterministically, balanced by measured cost (:mod:`.shard`), so a CI matrix covers each
 exactly once and ``gpuemu report --merge`` joins the shards into the unsharded verdict.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 from collections.abc import Callable
@@ -21,8 +23,12 @@ from ..errors import UsageError
 from ..oracle.outcome import CaseResult
 from ..report.baseline import baseline_path, load_baseline, regressions
 from ..report.results import build_document
+from ..run.cpus import resolve_jobs
 from ..run.validate import RunOptions, run_validation
 from ..store.db import Store
+from .shard import parse_shard, plan_shard
+
+__all__ = ["GateOptions", "default_jobs", "parse_shard", "run_gate"]
 
 
 @dataclass
@@ -30,7 +36,7 @@ class GateOptions:
     mode: str = "thorough"
     seed: int | None = None
     iterations: int | None = None
-    jobs: int | None = None
+    jobs: int | str | None = None  # a count, "auto", or None: [ci] parallel_jobs, else auto
     baseline: str | None = None
     fail_on_regression: bool | None = None
     shard: str | None = None
@@ -43,24 +49,9 @@ class GateOptions:
     on_case: Callable[[str, CaseResult, int, int], None] | None = None
 
 
-def parse_shard(text: str) -> tuple[int, int]:
-    try:
-        k_s, n_s = text.split("/")
-        k, n = int(k_s), int(n_s)
-    except ValueError:
-        raise UsageError(f"--shard {text!r}: expected K/N, e.g. 1/4") from None
-    if n < 1 or not 1 <= k <= n:
-        raise UsageError(f"--shard {text!r}: K must be in 1..N")
-    return k, n
-
-
-def shard_items(items: list[tuple[str, str]], k: int, n: int) -> list[tuple[str, str]]:
-    """Shard ``k`` of ``n`` of (kind, name) items: sorted, every n-th from the (k-1)-th."""
-    return [it for i, it in enumerate(sorted(items)) if i % n == k - 1]
-
-
-def default_jobs(config: Config) -> int:
-    return config.ci.parallel_jobs or max(1, min(4, os.cpu_count() or 1))
+def default_jobs(config: Config, jobs: int | str | None = None) -> int:
+    """``jobs``, else ``[ci] parallel_jobs``, else auto: a worker per core cgroup and affinity leave us."""
+    return resolve_jobs(jobs, config.ci.parallel_jobs, memory_limit_mb=config.validation.memory_limit_mb)
 
 
 def run_gate(config: Config, options: GateOptions, store: Store | None = None) -> dict[str, Any]:
@@ -73,11 +64,27 @@ def run_gate(config: Config, options: GateOptions, store: Store | None = None) -
             raise UsageError(str(exc.args[0])) from None
     kernels = [k.name for k in config.kernels] if options.kernels and not options.ops else []
     base = load_baseline(baseline_path(config, options.baseline)) if options.baseline else None  # fail early
-    if options.shard is not None:
-        k, n = parse_shard(options.shard)
-        chosen = shard_items([("op", o) for o in ops] + [("kernel", x) for x in kernels], k, n)
-        ops = [name for kind, name in chosen if kind == "op"]
-        kernels = [name for kind, name in chosen if kind == "kernel"]
+    shard = None
+    if options.shard is not None:  # balanced by cost: the baseline's, else the store's last run
+
+        def opened() -> Store | None:
+            nonlocal store
+            if options.store and store is None:
+                store = Store.for_workspace(config.root)
+            return store
+
+        shard = plan_shard(
+            [("op", o) for o in ops] + [("kernel", x) for x in kernels],
+            options.shard,
+            os.environ,
+            mode=options.mode,
+            baseline=base,
+            store=opened,
+        )
+        ops = [name for kind, name in shard.items if kind == "op"]
+        kernels = [name for kind, name in shard.items if kind == "kernel"]
+        if "--shard" not in options.command:  # the store tells shard runs apart by it (shard.store_costs)
+            options = dataclasses.replace(options, command=f"{options.command} --shard {shard.k}/{shard.n}".strip())
     thorough = options.mode == "thorough"
     iterations = options.iterations or (config.ci.fuzz_iterations if thorough else config.ci.quick_iterations)
     run_opts = RunOptions(
@@ -85,7 +92,7 @@ def run_gate(config: Config, options: GateOptions, store: Store | None = None) -
         iterations=iterations,
         seed=options.seed,
         ops=ops,
-        jobs=options.jobs or default_jobs(config),
+        jobs=default_jobs(config, options.jobs),
         time_budget=config.ci.thorough_timeout if thorough else None,
         source=options.source,
         command=options.command,
@@ -127,7 +134,7 @@ def run_gate(config: Config, options: GateOptions, store: Store | None = None) -
         config,
         run,
         kernels=kernel_entries,
-        shard=options.shard,
+        shard=f"{shard.k}/{shard.n}" if shard else None,
         fail_on_regression=fail_on_regression,
         mode=options.mode,
     )
@@ -138,9 +145,11 @@ def run_gate(config: Config, options: GateOptions, store: Store | None = None) -
             run,
             kernels=kernel_entries,
             regressions=regs,
-            shard=options.shard,
+            shard=f"{shard.k}/{shard.n}" if shard else None,
             fail_on_regression=fail_on_regression,
             mode=options.mode,
             extra={"baseline": base.get("tag")},
         )
+    if shard is not None:  # what --merge checks: every shard planned the same partition
+        doc["shard_plan"] = shard.describe()
     return doc
