@@ -9,7 +9,17 @@ import shlex
 import sys
 from pathlib import Path
 
-from .engine.config.load import CONFIG_NAME, MAX_ITERATIONS, MAX_JOBS, MAX_SEED, Config, find_workspace, load_config
+from .engine.config.load import (
+    CONFIG_NAME,
+    MAX_ITERATIONS,
+    MAX_JOBS,
+    MAX_SEED,
+    Config,
+    check_budget,
+    find_workspace,
+    load_config,
+    parse_duration,
+)
 from .engine.errors import UsageError
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
@@ -81,6 +91,26 @@ def _bounded(what: str, top: int):
 
 
 iterations_arg = _bounded("iterations", MAX_ITERATIONS)
+
+
+#: ``--budget`` as ``gpuemu test``, ``gpuemu fuzz`` and the gate explain it.
+BUDGET_HELP = (
+    "wall time for the run's ops: 90s, 5m, 1m30s, or off (default: [ci] budget / [ci.quick] budget, else 20s per "
+    "op thorough and 5s quick); each op's first cases measure its cost, then every class it covers runs first"
+)
+
+
+def budget_arg(text: str) -> float:
+    """``--budget 90s|5m|1m30s|300|off``: seconds (``math.inf`` for off), within the bounds the checker holds
+    ``[ci] budget`` and an op's ``budget`` to."""
+    try:
+        seconds = parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    why = check_budget(seconds)
+    if why:
+        raise argparse.ArgumentTypeError(why)
+    return seconds
 
 
 def jobs_arg(text: str) -> int | str:

@@ -18,12 +18,14 @@ from typing import Any
 
 from ._version import __version__
 from .args import (
+    BUDGET_HELP,
     EXIT_FAIL,
     EXIT_OK,
     EXIT_USAGE,
     SHOW_FAILURES,
     Parser,
     argv_text,
+    budget_arg,
     emit,
     internal_error,
     iterations_arg,
@@ -46,11 +48,13 @@ from .engine.report.lines import replay_command, row_line
 from .engine.report.results import (
     build_document,
     document_from_store,
+    dumps,
     exit_code,
     merge_documents,
     overall_status,
     summarize,
 )
+from .engine.report.slow import SLOW_DEFAULT, render_slow, slow_cases
 from .engine.run.cpus import resolve_jobs
 from .engine.run.validate import RunOptions, plan_op, replay_spec, run_validation
 from .engine.store.db import Store, StoreError, store_path
@@ -89,6 +93,7 @@ def _run_flags(p: argparse.ArgumentParser, *, fuzz: bool = False) -> None:
         p.add_argument("--op", action="append", metavar="NAME", help="only this op (repeatable)")
     p.add_argument("--seed", type=seed_arg, metavar="N", help="first case seed (default: [validation] seed)")
     p.add_argument("--iterations", type=iterations_arg, metavar="N", help="cases per op")
+    p.add_argument("--budget", type=budget_arg, metavar="DURATION", help=BUDGET_HELP)
     p.add_argument(
         "--parallel",
         "--jobs",
@@ -177,6 +182,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--merge", nargs="+", metavar="JSON", help="join these `--format json` outputs (CI shards)")
     p.add_argument("--input", metavar="JSON", help="render one `--format json` output as it is (a shard's too)")
     p.add_argument("--show", type=int, default=SHOW_FAILURES, metavar="N", help="failure lines shown per op")
+    p.add_argument(
+        "--slow",
+        nargs="?",
+        const=SLOW_DEFAULT,
+        type=_positive,
+        metavar="N",
+        help=f"the N slowest stored cases of the latest runs (default {SLOW_DEFAULT}) and each op's time by phase",
+    )
 
     p = sub.add_parser("baseline", help="store, show or diff a baseline (reviewable JSON under gpuemu-baselines/)")
     _common(p)
@@ -264,6 +277,16 @@ def _reading_store(cfg: Config) -> Store:
     return store
 
 
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def _jobs(cfg: Config, args: argparse.Namespace) -> int:
     """``-j``, else ``[ci] parallel_jobs``, else auto (the cores cgroup and affinity leave this process)."""
     return resolve_jobs(args.jobs, cfg.ci.parallel_jobs, memory_limit_mb=cfg.validation.memory_limit_mb)
@@ -284,6 +307,8 @@ def cmd_test(args: argparse.Namespace) -> int:
         fail_fast=args.fail_fast,
         source="cli",
         command=argv_text(),
+        budget=args.budget,
+        default_budget=True,
     )
     if not cfg.ops:
         print(f"{cfg.path}: no [[ops]] to validate", file=sys.stderr)
@@ -320,6 +345,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         fail_fast=args.fail_fast,
         source="cli",
         command=argv_text(),
+        budget=args.budget,  # only when asked: a fuzz run's count is the ask
     )
     return _run_and_report(cfg, args, options, specs)
 
@@ -554,6 +580,13 @@ def cmd_ci(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    if args.slow is not None:
+        if args.merge or args.input:
+            raise UsageError("--slow reads the store; it does not combine with --merge or --input")
+        cfg = load_workspace(args)
+        slow = slow_cases(cfg, _reading_store(cfg), args.slow, since=args.since_hours)
+        emit(render_slow(slow) if args.format == "text" else dumps(slow), args.output)
+        return EXIT_OK
     if args.input and args.merge:
         raise UsageError("--input renders one results document; --merge joins several: use one of them")
     if args.input or args.merge:

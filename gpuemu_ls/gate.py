@@ -9,12 +9,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .args import (
+    BUDGET_HELP,
     EXIT_FAIL,
     EXIT_INTERRUPTED,
     EXIT_USAGE,
     SHOW_FAILURES,
     Parser,
     argv_text,
+    budget_arg,
     emit,
     internal_error,
     iterations_arg,
@@ -51,6 +53,7 @@ def gate_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--seed", type=seed_arg, metavar="N")
     p.add_argument("--iterations", type=iterations_arg, metavar="N")
+    p.add_argument("--budget", type=budget_arg, metavar="DURATION", help=BUDGET_HELP)
     p.add_argument(
         "--parallel",
         "--jobs",
@@ -87,6 +90,7 @@ def run_ci(cfg: Config, args: argparse.Namespace) -> int:
         mode=args.mode,
         seed=args.seed,
         iterations=args.iterations,
+        budget=args.budget,
         jobs=args.jobs,
         baseline=args.baseline,
         fail_on_regression=args.fail_on_regression,

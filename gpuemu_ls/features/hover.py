@@ -202,6 +202,38 @@ def _table(view: OpView) -> list[str]:
     return lines
 
 
+def _time_lines(view: OpView) -> list[str]:
+    """The op's own time by phase, and what its budget let run and cut (stored by runs since issue 16)."""
+    timing = view.detail.get("timing") if isinstance(view.detail, dict) else None
+    budget = view.detail.get("budget") if isinstance(view.detail, dict) else None
+    lines: list[str] = []
+    if isinstance(timing, dict) and isinstance(timing.get("total"), (int, float)):
+        parts = [
+            f"{label} {timing[key]:.2f} s"
+            for key, label in (
+                ("op", "op"),
+                ("reference", "reference"),
+                ("generate", "generation"),
+                ("compare", "comparison"),
+                ("other", "other"),
+            )
+            if isinstance(timing.get(key), (int, float))
+        ]
+        lines.append(f"\n*Time:* {timing['total']:.2f} s ({md(', '.join(parts))})")
+    if isinstance(budget, dict) and isinstance(budget.get("planned"), int):
+        cut = [str(c) for c in budget.get("cut_classes") or []]
+        seconds = budget.get("seconds")
+        text = f"budget {seconds:.0f} s" if isinstance(seconds, (int, float)) else "budget"
+        text += f" ({budget['source']})" if budget.get("source") else ""
+        text += f": {budget.get('ran')}/{budget['planned']} cases"
+        if cut:
+            text += f", {len(cut)} of {budget.get('classes')} classes cut: {', '.join(cut[:6])}"
+        else:
+            text += f", all {budget.get('classes')} classes covered"
+        lines.append(f"\n*Budget:* {md(text)}")
+    return lines
+
+
 def op_hover(view: OpView | None, name: str, running: str | None = None, *, beside_diagnostic: bool = False) -> str:
     """The last results of op ``name``: a one-line summary (status, cases, worst error against tolerance),
     then the table by dtype x layout, then where the errors sit. ``beside_diagnostic``: the editor shows the
@@ -245,6 +277,7 @@ def op_hover(view: OpView | None, name: str, running: str | None = None, *, besi
             lines.append(f"\nReplay: {code(replay_command(name, row['seed']))}")
     elif view.diagnosis and not beside_diagnostic:
         lines.append(f"\n*Diagnosis:* {md(view.diagnosis)}")
+    lines += _time_lines(view)
     return own_links_only("\n".join(lines))
 
 

@@ -15,7 +15,11 @@ then follow the case's shape strategy:
   two fifths of the others sit at their minimum or maximum, half each: the size-1 dim that empty-split
   and single-element bugs need and the largest size where accumulation error peaks, which a uniform
   pick among ~40 sizes would each reach in 2% of cases);
-* ``random``: uniform or log-uniform (half each) in [min, max].
+* ``random``: uniform or log-uniform (half each) in [min, max];
+* ``small`` (only ops declared ``cost = "high"``, half of whose window it takes): the small-scope
+  shapes of :func:`small_scope_values`: one tiled dim (the *focus*) at 1, 2, 3, tile-1, tile, tile+1 or
+  2*tile+1 for a tile that matters (its declared ``tile``/``block`` sizes, else 16..256), every other dim
+  at 1, 2 or 3, so the interpreter runs few program instances on each boundary class.
 
 Modes pick seeds, not cases, so every case of every mode replays from (op, seed):
 
@@ -51,7 +55,16 @@ from ..errors import UsageError
 from .rng import Stream
 
 STRATEGY_WINDOW = ("default", "boundary", "regular", "boundary", "random", "boundary", "regular", "random")
+#: The window of an op declared ``cost = "high"``: half its cases small-scope, the other shapes kept (large
+#: sizes still appear, a budget samples them).
+HIGH_COST_WINDOW = ("small", "boundary", "small", "default", "small", "regular", "small", "random")
+#: Every shape strategy (shape class), in the order reports list them.
+STRATEGIES = ("default", "boundary", "small", "regular", "random")
 QUICK_STRATEGIES = ("default", "boundary")
+#: Tile sizes a small-scope dim probes when the op declares none: where Triton and CUDA blocks usually are.
+DEFAULT_TILES = (16, 32, 64, 128, 256)
+#: Sizes every small-scope dim may take: 1 (empty splits), 2 (the smallest split), 3 (a small prime).
+SMALL_SIZES = (1, 2, 3)
 #: Row structures that only bite where a tile is partial: a thorough run has each (that the op lists)
 #: at a ``boundary`` shape.
 STRUCTURE_DISTRIBUTIONS = (
@@ -144,6 +157,59 @@ def _window_perm(op: str, axis: str, window: int, n: int) -> tuple[int, ...]:
     return tuple(Stream("window", op, axis, window).permutation(n))
 
 
+def strategy_window(op: OpConfig) -> tuple[str, ...]:
+    """The shape strategies one window of seeds takes: :data:`HIGH_COST_WINDOW` for ``cost = "high"``."""
+    return HIGH_COST_WINDOW if op.cost == "high" else STRATEGY_WINDOW
+
+
+def quick_strategies(op: OpConfig) -> tuple[str, ...]:
+    """Shape strategies of a quick run: default and boundary, plus small-scope for ``cost = "high"`` ops."""
+    return (*QUICK_STRATEGIES, "small") if op.cost == "high" else QUICK_STRATEGIES
+
+
+def tiled_dims(op: OpConfig) -> list[str]:
+    """Dims a kernel tiles: those with a declared ``tile``/``block`` when any dim declares one; else every dim
+    that is one of the last two axes of some input (leading axes, batch and heads, index program instances)."""
+    declared = sorted(n for n, d in op.dims.items() if d.tiles)
+    if declared:
+        return declared
+    inner = {d for i in op.inputs for d in i.shape[-2:] if isinstance(d, str)}
+    return sorted(n for n in op.dims if n in inner) or sorted(op.dims)
+
+
+def small_scope_values(dim: DimSpec, tiled: bool) -> tuple[list[int], list[int]]:
+    """(small, tile classes) of a dim for small-scope shapes, inside its range.
+
+    Small: 1, 2 and 3 (an empty split, the smallest split, a small prime), or the dim's minimum when none
+    fits. Tile classes (tiled dims only): tile-1, tile and tile+1 (a partial last tile, an exact fit, one
+    element past it) and 2*tile+1 (a second full tile, where accumulators carry across tiles), for each
+    declared tile, else each of 16..256. A candidate list keeps its own values (smallest = small).
+    """
+    if dim.candidates is not None:
+        cands = sorted(set(dim.candidates))
+        return cands[:1], (cands[1:] if tiled else [])
+    small = [v for v in SMALL_SIZES if dim.min <= v <= dim.max] or [dim.min]
+    if not tiled:
+        return small, []
+    classes = {v for t in (dim.tiles or DEFAULT_TILES) for v in (t - 1, t, t + 1, 2 * t + 1)}
+    return small, sorted(v for v in classes if dim.min <= v <= dim.max and v not in small)
+
+
+def _small_dims(op: OpConfig, s: Stream) -> dict[str, int]:
+    """One small-scope shape: a focus dim among the tiled ones at a tile class or a small size, the rest small."""
+    tiled = tiled_dims(op)
+    focus = s.choice(tiled) if tiled else None
+    out: dict[str, int] = {}
+    for name in sorted(op.dims):
+        small, classes = small_scope_values(op.dims[name], name in tiled)
+        pick = s.integer(0, len(small) + 2 * len(classes))  # a fixed draw per dim: dims stay independent
+        if name == focus and classes and pick >= len(small):
+            out[name] = classes[(pick - len(small)) % len(classes)]
+        else:
+            out[name] = small[pick % len(small)]
+    return out
+
+
 def boundary_values(dim: DimSpec) -> list[int]:
     """Sizes where tiled kernels break, inside the dim's range (sorted, unique)."""
     if dim.candidates is not None:
@@ -190,6 +256,8 @@ def derive_dims(op: OpConfig, seed: int, strategy: str, max_elements: int = DEFA
             keep, edge, low = s.chance(0.25), s.chance(0.4), s.chance(0.5)  # fixed draws: dims independent
             value = s.choice(boundary_values(dim))
             out[name] = dim.default if keep else (dim.min if low else dim.max) if edge else value
+        elif strategy == "small":
+            return _fit_budget(op, _small_dims(op, s), max_elements)
         else:
             out[name] = _random_value(dim, s)
     return _fit_budget(op, out, max_elements)
@@ -223,7 +291,7 @@ def _numel(shape: tuple[int, ...]) -> int:
 
 def derive_case(op: OpConfig, seed: int, max_elements: int = DEFAULT_MAX_ELEMENTS) -> CaseSpec:
     """The case that (op, seed) names."""
-    strategy = _window_pick(op.name, "strategy", seed, STRATEGY_WINDOW)
+    strategy = _window_pick(op.name, "strategy", seed, strategy_window(op))
     dtype = _window_pick(op.name, "dtype", seed, op.dtypes)
     layout = _window_pick(op.name, "layout", seed, op.layouts)
     distribution = _window_pick(op.name, "distribution", seed, op.distributions)
@@ -296,7 +364,7 @@ class Need:
 
     def may_meet(self, op: OpConfig, seed: int) -> bool:
         """A cheap necessary condition (the window picks), checked before deriving the whole case."""
-        if self.strategy is not None and _window_pick(op.name, "strategy", seed, STRATEGY_WINDOW) != self.strategy:
+        if self.strategy is not None and _window_pick(op.name, "strategy", seed, strategy_window(op)) != self.strategy:
             return False
         return (
             self.distribution is None
@@ -466,7 +534,7 @@ def plan_quick(
     Dtypes the op does not list fall back to its first dtype. Pinned seeds come first.
     """
     main = tuple(d for d in (dtypes or ("float32",)) if d in op.dtypes) or op.dtypes[:1]
-    accept = mode_filter(op, dtypes=main, strategies=QUICK_STRATEGIES)
+    accept = mode_filter(op, dtypes=main, strategies=quick_strategies(op))
     extras = half_precision_quota(op, count, main) if dtypes is None else []
     main_count = count - sum(m for _, m in extras)
     specs = list(iter_seeds(op, base_seed, main_count, accept=accept, max_elements=max_elements, cancel=cancel))
@@ -505,6 +573,28 @@ def plan_cases(
     if mode == "quick":
         return plan_quick(op, base_seed, count, quick_dtypes, max_elements=max_elements, cancel=cancel)
     return plan_thorough(op, base_seed, count, accept=accept, max_elements=max_elements, cancel=cancel)
+
+
+def run_filter(
+    op: OpConfig,
+    mode: str,
+    *,
+    quick_dtypes: tuple[str, ...] | None = None,
+    accept: Callable[[CaseSpec], bool] | None = None,
+) -> Callable[[CaseSpec], bool]:
+    """Whether a case belongs to a run of ``mode`` (what :func:`plan_cases` draws from): a budget that trades
+    planned cases for smaller ones picks only among these, so a quick run stays quick and a fuzz filter holds."""
+    if mode != "quick":
+        return accept or (lambda _spec: True)
+    main = tuple(d for d in (quick_dtypes or ("float32",)) if d in op.dtypes) or op.dtypes[:1]
+    plain = mode_filter(op, dtypes=main, strategies=quick_strategies(op))
+    halves = {h for h, _ in half_precision_quota(op, 16, main)} if quick_dtypes is None else set()
+    stress = tuple(d for d in ACCUMULATOR_STRESS if d in op.distributions) or op.distributions
+
+    def keep(spec: CaseSpec) -> bool:
+        return plain(spec) or (spec.dtype in halves and spec.strategy == "boundary" and spec.distribution in stress)
+
+    return keep
 
 
 def mode_filter(

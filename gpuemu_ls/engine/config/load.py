@@ -9,11 +9,13 @@ Checking never runs workspace code: modules are found on disk and read with ``as
 from __future__ import annotations
 
 import ast
+import dataclasses
 import difflib
 import functools
 import importlib.util
 import math
 import os
+import re
 import stat
 import sys
 from collections.abc import Callable
@@ -56,6 +58,64 @@ NUMERIC_BOUNDS: dict[str, tuple[float, float]] = {
     "atol": (0, 1e300),
     "rtol": (0, 1e300),
 }
+#: Budgets (``--budget``, ``[ci] budget``, ``[ci.quick] budget``, an op's ``budget``): at least a second (less
+#: cannot hold one case of an op worth budgeting) and at most a day, like every timeout.
+MIN_BUDGET_S = 1.0
+#: What an op's ``cost`` may declare: ``high`` gives it small-scope shapes (see cases/plan.py).
+COSTS = ("normal", "high")
+_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?", re.IGNORECASE)
+_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(value: Any) -> float:
+    """Seconds of a budget: a number (seconds) or text such as ``"90s"``, ``"5m"``, ``"1m30s"``, ``"1.5h"``;
+    ``"off"`` (or ``"none"``) is ``math.inf``, no budget at all. ValueError says what is wrong; the bounds are
+    checked by :func:`check_budget` so that the CLI and the checker word them alike."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected a duration such as 90s or 5m, not {value}")
+    if isinstance(value, (int, float)):
+        if not math.isfinite(value):
+            raise ValueError(f"expected a finite duration, got {value}")
+        return float(value)
+    if not isinstance(value, str):
+        raise ValueError(f"expected a duration such as 90s or 5m, not {_tname(value)}")
+    text = value.strip().lower()
+    if text in ("off", "none"):
+        return math.inf
+    pos, total, units = 0, 0.0, 0
+    while pos < len(text):
+        m = _DURATION.match(text, pos)
+        if m is None or (m.group(2) is None and (units or m.end() < len(text))):
+            raise ValueError(f"not a duration: {value!r} (e.g. 90s, 5m, 1m30s, or off)")
+        total += float(m.group(1)) * _UNIT_S[(m.group(2) or "s").lower()]
+        units += 1
+        pos = m.end()
+        while pos < len(text) and text[pos] == " ":
+            pos += 1
+    if not units:
+        raise ValueError(f"not a duration: {value!r} (e.g. 90s, 5m, 1m30s, or off)")
+    return total
+
+
+def check_budget(seconds: float) -> str | None:
+    """Why a budget is out of bounds (None when it is fine); ``math.inf`` (off) is fine."""
+    if seconds == math.inf:
+        return None
+    if not MIN_BUDGET_S <= seconds <= MAX_TIMEOUT_S:
+        return f"a budget must be between {MIN_BUDGET_S:g} s and {MAX_TIMEOUT_S:g} s (a day), or off; got {seconds:g} s"
+    return None
+
+
+def format_duration(seconds: float) -> str:
+    """``"45s"``, ``"5m"``, ``"4m10s"``, ``"2h5m"``: how a budget reads in messages (whole seconds, rounded up)."""
+    if seconds == math.inf:
+        return "off"
+    s = max(1, math.ceil(seconds - 1e-9))
+    h, rest = divmod(s, 3600)
+    m, sec = divmod(rest, 60)
+    return "".join(f"{v}{u}" for v, u in ((h, "h"), (m, "m"), (sec, "s")) if v) or "0s"
+
+
 FRAMEWORKS = ("numpy", "pytorch", "jax", "tensorflow")
 EXECUTION_MODES = ("in_process", "script_based", "client_side", "daemon_orchestrated")
 #: How an in-process op (or reference) receives its inputs: ``f(x, w)``, ``f(x=..., w=...)`` or ``f({"x": ..})``.
@@ -160,6 +220,7 @@ class DimSpec:
     max: int
     default: int
     candidates: tuple[int, ...] | None = None
+    tiles: tuple[int, ...] = ()  # declared tile/block sizes (``tile = 64``): where small-scope shapes probe
 
     def contains(self, value: int) -> bool:
         if self.candidates is not None:
@@ -201,6 +262,8 @@ class OpConfig:
     timeout: float | None = None
     iterations: int | None = None
     seeds: tuple[int, ...] = ()
+    budget: float | None = None  # seconds for this op's cases (math.inf: off); None: the run's or the default
+    cost: str = "normal"  # "high": small-scope shapes (cases/plan.py), as if measured expensive
     nan_contract: bool = False  # a NaN the reference returns from NaN-free inputs is the op's contract there
     call: str = "positional"  # how the op's function receives its inputs (CALL_STYLES)
     reference_call: str = "positional"  # the same for an in-process reference (default: the op's ``call``)
@@ -275,6 +338,8 @@ class CIConfig:
     parallel_jobs: int | str | None = None  # a count, or "auto": a worker per core (run/cpus.py)
     fuzz_iterations: int = 100
     regression_threshold: float = 0.1
+    budget: float | None = None  # seconds for a thorough run's ops (math.inf: off); None: the default per op
+    quick_budget: float | None = None  # the same for a --quick run ([ci.quick] budget)
 
 
 @dataclass(frozen=True)
@@ -547,6 +612,8 @@ _OP_KEYS = {
     "timeout",
     "iterations",
     "seeds",
+    "budget",
+    "cost",
     "description",
     "nan_contract",
     "call",
@@ -559,7 +626,7 @@ _OP_KEYS = {
 _INPUT_KEYS = {"shape", "dtype", "range", "distributions", "scale", "offset", "sign"}
 #: The value-domain keys of [validation], [[ops]] and [ops.inputs.x].
 _DOMAIN_KEYS = ("scale", "offset", "sign", "range")
-_DIM_KEYS = {"min", "max", "default", "candidates"}
+_DIM_KEYS = {"min", "max", "default", "candidates", "tile", "block"}
 _KERNEL_KEYS = {
     "name",
     "source",
@@ -588,8 +655,9 @@ _CI_KEYS = {
     "fuzz_iterations",
     "regression_threshold",
     "quick",
+    "budget",
 }
-_CI_QUICK_KEYS = {"iterations", "dtypes"}
+_CI_QUICK_KEYS = {"iterations", "dtypes", "budget"}
 _CUDA_KEYS = {"nvcc", "arch", "flags", "include_dirs", "defines", "artifact_checks"}
 
 
@@ -713,6 +781,30 @@ class _Checker:
         lo, hi = NUMERIC_BOUNDS.get(key, (0, MAX_DIM if kind == "int" else math.inf))
         if not lo <= value <= hi:
             self.problem(path, f"{self.dotted(path)} must be in [{_num(lo)}, {_num(hi)}], got {value}")
+
+    def budget(self, path: tuple[str | int, ...], value: Any) -> None:
+        """A duration (``"90s"``, ``"5m"``, seconds as a number, or ``"off"``) within the budget bounds."""
+        try:
+            why = check_budget(parse_duration(value))
+        except ValueError as exc:
+            why = str(exc)
+        if why:
+            self.problem(path, f"{self.dotted(path)}: {why}", 'e.g. budget = "90s", "5m", 300 or "off"')
+
+    def tile_hint(self, path: tuple[str | int, ...], spec: dict[str, Any], name: str) -> None:
+        """``tile``/``block``: a size (or sizes) >= 1 the op tiles this dim by; one of the two keys."""
+        keys = [k for k in ("tile", "block") if k in spec]
+        if len(keys) == 2:
+            self.problem((*path, "block"), f"dim {name}: tile and block mean the same; keep one", on_key=True)
+        for k in keys:
+            v = spec[k]
+            items = v if isinstance(v, list) else [v]
+            if isinstance(v, list) and not v:
+                self.problem((*path, k), f"dim {name}: {k} lists no sizes")
+            for j, t in enumerate(items):
+                p = (*path, k, j) if isinstance(v, list) else (*path, k)
+                if self.typed(p, t, "int") and not 1 <= t <= MAX_DIM:
+                    self.problem(p, f"dim {name}: a {k} size must be in 1..{MAX_DIM}, got {t}")
 
     def tolerances(self, path: tuple[str | int, ...], value: Any) -> None:
         tbl = self.table(path, value)
@@ -890,6 +982,8 @@ class _Checker:
                 self.nonneg((*path, k), tbl[k], "int", positive=True)
         if "regression_threshold" in tbl:
             self.nonneg((*path, "regression_threshold"), tbl["regression_threshold"])
+        if "budget" in tbl:
+            self.budget((*path, "budget"), tbl["budget"])
         if "quick" in tbl:
             q = self.table((*path, "quick"), tbl["quick"])
             if q is not None:
@@ -898,6 +992,8 @@ class _Checker:
                     self.nonneg((*path, "quick", "iterations"), q["iterations"], "int", positive=True)
                 if "dtypes" in q:
                     self.str_list((*path, "quick", "dtypes"), q["dtypes"], dt.FLOAT_NAMES, "dtype")
+                if "budget" in q:
+                    self.budget((*path, "quick", "budget"), q["budget"])
 
     def check_cuda(self, path: tuple[str | int, ...], value: Any) -> None:
         tbl = self.table(path, value)
@@ -1060,6 +1156,10 @@ class _Checker:
             self.table((*path, "kwargs"), op["kwargs"])
         if "nan_contract" in op:
             self.typed((*path, "nan_contract"), op["nan_contract"], "bool")
+        if "budget" in op:
+            self.budget((*path, "budget"), op["budget"])
+        if "cost" in op:
+            self.choice((*path, "cost"), op["cost"], COSTS, "cost")
         dims = self.check_dims((*path, "dims"), op.get("dims", {}))
         self.domain(path, op, set(dims) | (set(DEFAULT_DIMS) if "inputs" not in op else set()))
         self.check_inputs(path, op, dims)
@@ -1070,6 +1170,8 @@ class _Checker:
             return {}
         for name, spec in tbl.items():
             p = (*path, name)
+            if isinstance(spec, dict):
+                self.tile_hint(p, spec, name)
             if isinstance(spec, bool) or not isinstance(spec, (int, list, dict)):
                 self.problem(
                     p,
@@ -1301,6 +1403,8 @@ class _Checker:
             parallel_jobs=c.get("parallel_jobs"),
             fuzz_iterations=c.get("fuzz_iterations", 100),
             regression_threshold=float(c.get("regression_threshold", 0.1)),
+            budget=parse_duration(c["budget"]) if "budget" in c else None,
+            quick_budget=parse_duration(quick["budget"]) if "budget" in quick else None,
         )
         p = raw.get("policies", {})
         policies = PoliciesConfig(p.get("fail_on_regression", False), float(p.get("warn_threshold", 0.8)))
@@ -1442,6 +1546,8 @@ class _Checker:
             timeout=float(op["timeout"]) if "timeout" in op else None,
             iterations=op.get("iterations"),
             seeds=tuple(op.get("seeds", ())),
+            budget=parse_duration(op["budget"]) if "budget" in op else None,
+            cost=op.get("cost", "normal"),
             nan_contract=bool(op.get("nan_contract", False)),
             call=op.get("call", "positional"),
             reference_call=op.get("reference_call", op.get("call", "positional")),
@@ -1449,7 +1555,17 @@ class _Checker:
         )
 
 
+def _tiles(spec: dict[str, Any]) -> tuple[int, ...]:
+    """The declared tile sizes of a dim (``tile`` or ``block``, one size or a list), sorted."""
+    v = spec.get("tile", spec.get("block", ()))
+    return tuple(sorted(set(v if isinstance(v, list) else [v])))
+
+
 def _dim(name: str, spec: Any) -> DimSpec:
+    if isinstance(spec, dict) and ("tile" in spec or "block" in spec):
+        return dataclasses.replace(
+            _dim(name, {k: v for k, v in spec.items() if k not in ("tile", "block")}), tiles=_tiles(spec)
+        )
     if isinstance(spec, int):
         return DimSpec(name, spec, spec, spec)
     if isinstance(spec, list):

@@ -15,6 +15,10 @@ from ..cases.plan import CaseSpec
 from .compare import Comparison
 from .invariants import Violation
 
+#: The timed phases of a case (CaseResult.durations; "case" is their sum with the checks between them).
+PHASES = ("generate", "op", "reference", "compare")
+#: Slowest cases an op's timing lists.
+SLOWEST_CASES = 5
 #: Failure kinds where the op's value is not a number (or the reference's is not).
 NONFINITE_KINDS = ("unexpected_nan", "unexpected_inf", "missing_nan")
 
@@ -98,6 +102,7 @@ class OpOutcome:
     stopped: str | None = None
     diagnosis: str = ""
     condition: dict[str, Any] | None = None  # the diagnosis' condition: text, kind, exact, confirmed
+    budget: dict[str, Any] | None = None  # what a time budget let run and what it cut (run/budgeted.py)
 
     def count(self, status: str) -> int:
         return sum(1 for c in self.cases if c.status == status)
@@ -124,6 +129,22 @@ class OpOutcome:
             counts["nonfinite_cases"] += c.status == "failed" and c.kind in NONFINITE_KINDS
         return {**out, **counts}
 
+    def timing(self, slowest: int = SLOWEST_CASES) -> dict[str, Any]:
+        """Where the op's time went: seconds in each phase of its cases (generation, the op, the reference,
+        comparison), the rest (workers, transfers, storing) and its slowest cases; so a slow op says whether
+        it is slow itself or its reference or gpuemu is."""
+        phases = dict.fromkeys(PHASES, 0.0)
+        for c in self.cases:
+            for p in PHASES:
+                phases[p] += float(c.durations.get(p, 0.0))
+        ranked = sorted(self.cases, key=lambda c: -float(c.durations.get("case", 0.0)))[:slowest]
+        return {
+            **{p: round(v, 4) for p, v in phases.items()},
+            "other": round(max(0.0, self.elapsed - sum(phases.values())), 4),
+            "total": round(self.elapsed, 4),
+            "slowest": [slow_case(c) for c in ranked if c.durations.get("case") is not None],
+        }
+
     def summary(self) -> str:
         """The op's one-line message: "38/50 passed, 12 failed (8 on NaN/inf); 212 elements out of range in 9 cases"."""
         n = len(self.cases)
@@ -145,6 +166,28 @@ class OpOutcome:
             where = _cases(st["suspect_cases"])
             text += f"; the reference returns NaN from NaN-free inputs in {where}: check the reference"
         return text
+
+
+def op_status(cases: list[CaseResult]) -> str:
+    """An op's verdict from its cases: any wrong answer fails it, else any error; nothing run is not_run."""
+    if any(c.status == "failed" for c in cases):
+        return "failed"
+    if any(c.status == "error" for c in cases):
+        return "error"
+    return "passed" if cases else "not_run"
+
+
+def slow_case(c: CaseResult) -> dict[str, Any]:
+    """One case's time and what it was, for slowest-case lists."""
+    return {
+        "seed": c.seed,
+        "seconds": round(float(c.durations.get("case", 0.0)), 4),
+        **{p: round(float(c.durations.get(p, 0.0)), 4) for p in PHASES},
+        "dtype": c.spec.dtype,
+        "strategy": c.spec.strategy,
+        "shapes": {k: list(v) for k, v in c.spec.shapes.items()},
+        "status": c.status,
+    }
 
 
 def _cases(n: int) -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..._version import __version__
-from ..config.load import Config
+from ..config.load import Config, format_duration
 from ..config.locations import op_entry, op_source, reference_source
 from ..oracle.outcome import CaseResult, OpOutcome
 from ..run.validate import RunResult
@@ -140,7 +140,59 @@ def op_entry_dict(config: Config, o: OpOutcome) -> dict[str, Any]:
             ref.to_dict(root) if ref else None,
         ),
         "failures_total": len(failures),
+        "budget": o.budget,
+        "timing": o.timing(),
     }
+
+
+def budget_summary(ops: list[dict[str, Any]], run_budget: dict[str, Any] | None) -> dict[str, Any] | None:
+    """What the run's budget (or its ops' budgets) cut, summed over ops, with the one line every face shows
+    when something was cut and the budget that would have run everything; None when no op had a budget."""
+    budgeted = [e for e in ops if e.get("budget")]
+    if not budgeted and not (run_budget and run_budget.get("seconds")):
+        return None
+    cut = [e for e in budgeted if e["budget"]["cut_cases"] or e["budget"]["cut_classes"]]
+    full = [float(e["budget"].get("full_estimate") or 0.0) for e in budgeted]
+    seconds = (run_budget or {}).get("seconds")
+    together = max(1, int((run_budget or {}).get("side_by_side") or 1))
+    needed = max(max(full, default=0.0), sum(full) / together) if seconds else max(full, default=0.0)
+    out: dict[str, Any] = {
+        "seconds": seconds,
+        "source": (run_budget or {}).get("source") or "",
+        "ops": len(budgeted),
+        "ops_cut": len(cut),
+        "planned": sum(e["budget"]["planned"] for e in budgeted),
+        "ran": sum(e["budget"]["ran"] for e in budgeted),
+        "cut_cases": sum(e["budget"]["cut_cases"] for e in budgeted),
+        "smaller_cases": sum(e["budget"].get("smaller_cases", 0) for e in budgeted),
+        "classes": sum(e["budget"]["classes"] for e in budgeted),
+        "cut_classes": sum(len(e["budget"]["cut_classes"]) for e in budgeted),
+        "full_estimate": round(needed, 3),
+        "line": "",
+    }
+    if cut:
+        if seconds:
+            head = f"budget {format_duration(seconds)} ({out['source']}) cut {len(cut)} of {len(ops)} ops"
+            fix = f"--budget {format_duration(needed)} (or --budget off)"
+        else:
+            each = sorted({(format_duration(e["budget"]["seconds"]), e["budget"]["source"]) for e in cut})
+            head = f"budget cut {len(cut)} of {len(ops)} ops to " + ", ".join(f"{s} ({src})" for s, src in each)
+            fix = f'budget = "{format_duration(needed)}" per op (or --budget off)'
+        classes = (
+            "every class still covered"
+            if not out["cut_classes"]
+            else f"{out['cut_classes']} of {out['classes']} coverage classes cut ("
+            + "; ".join(
+                f"{e['name']}: {', '.join(e['budget']['cut_classes'][:3])}" for e in cut if e["budget"]["cut_classes"]
+            )[:300]
+            + ")"
+        )
+        out["line"] = (
+            f"{head}: {out['cut_cases']} of {out['planned']} planned cases not run"
+            + (f" ({out['smaller_cases']} smaller stand-ins ran)" if out["smaller_cases"] else "")
+            + f", {classes}; everything needs about {format_duration(needed)}: {fix}"
+        )
+    return out
 
 
 def summarize(entries: list[dict[str, Any]], regressions: list[dict[str, Any]]) -> dict[str, int]:
@@ -204,6 +256,7 @@ def build_document(
         "ops": ops,
         "kernels": kernels,
         "regressions": regressions,
+        "budget": budget_summary(ops, run.budget if run else None),
     }
     doc["summary"] = summarize(entries, regressions)
     doc["status"] = overall_status(entries)
@@ -262,6 +315,7 @@ def merge_documents(docs: list[dict[str, Any]]) -> dict[str, Any]:
     base["elapsed"] = max(d.get("elapsed", 0.0) for d in docs)
     base["fail_on_regression"] = any(d.get("fail_on_regression") for d in docs)
     entries = base["ops"] + base["kernels"]
+    base["budget"] = budget_summary(base["ops"], docs[0].get("budget"))
     base["summary"] = summarize(entries, base["regressions"])
     base["status"] = overall_status(entries)
     base["exit_code"] = exit_code(base, fail_on_regression=base["fail_on_regression"])
@@ -385,6 +439,8 @@ def document_from_store(
                     "run_id": row["run_id"],
                     "finished_at": row.get("finished_at"),
                     "mode": detail.get("mode"),
+                    "budget": detail.get("budget"),
+                    "timing": detail.get("timing"),
                     "cases_run": {
                         "first_seed": min(seeds) if seeds else None,
                         "count": len(seeds),

@@ -103,9 +103,11 @@ def run_case(
     inputs: CaseInputs = with_layout(snapshot, spec.layout) if snapshot is not None else generate_inputs(op, spec)
     result = CaseResult(op.name, spec.seed, spec, "passed", from_snapshot=snapshot is not None)
     pristine = _buffers(inputs.views, spec.layout)
+    result.durations["generate"] = time.perf_counter() - started  # inputs, layout and the pristine copy
 
     def fail(status: str, kind: str, message: str, **extra: Any) -> CaseResult:
         result.status, result.kind, result.message = status, kind, message
+        result.durations.setdefault("case", time.perf_counter() - started)  # a failed case costs time too
         for k, v in extra.items():
             setattr(result, k, v)
         # contiguous inputs are the logical arrays themselves, which the op may have written: keep the copy

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -25,8 +26,9 @@ from ..cases.plan import CaseSpec, derive_case, plan_cases
 from ..config.load import MAX_ITERATIONS, Config, OpConfig
 from ..errors import UsageError
 from ..oracle.diagnose import diagnose
-from ..oracle.outcome import CaseResult, OpOutcome
+from ..oracle.outcome import CaseResult, OpOutcome, op_status
 from ..store.db import Store
+from .budgeted import BudgetedOp, allocate, resolve
 from .confirm import make_probe
 from .runners import is_library
 from .supervisor import Cancelled, SetupFailed, Worker, WorkerLost
@@ -51,6 +53,8 @@ class RunOptions:
     jobs: int = 1
     fail_fast: bool = False
     time_budget: float | None = None  # seconds per op (thorough_timeout)
+    budget: float | None = None  # the run's budget in seconds (--budget); math.inf: no budget at all (run/budgeted.py)
+    default_budget: bool = False  # with nothing else set, each op gets the mode's default budget (test, the gate)
     source: str = "cli"
     command: str = ""
     store: bool = True
@@ -68,6 +72,7 @@ class RunResult:
     outcomes: list[OpOutcome]
     elapsed: float = 0.0
     cancelled: bool = False
+    budget: dict[str, Any] | None = None  # the run's budget: seconds and where it came from (None: no budget)
 
     @property
     def status(self) -> str:
@@ -121,14 +126,6 @@ def plan_op(
 
 def case_timeout(config: Config, op: OpConfig) -> float:
     return op.timeout or config.validation.timeout
-
-
-def op_status(cases: list[CaseResult]) -> str:
-    if any(c.status == "failed" for c in cases):
-        return "failed"
-    if any(c.status == "error" for c in cases):
-        return "error"
-    return "passed" if cases else "not_run"
 
 
 class _Workers:
@@ -411,15 +408,50 @@ def run_validation(
     shards = jobs if len(ops) < jobs and not options.fail_fast else 1
     shard_pool = ThreadPoolExecutor(max_workers=shards, thread_name_prefix="gpuemu-shard") if shards > 1 else None
 
-    def one(op: OpConfig) -> OpOutcome:
+    budgets = resolve(config, options.mode, ops, options.budget, default=options.default_budget)
+
+    def execute(op: OpConfig, specs: list[CaseSpec], opts: RunOptions) -> OpOutcome:
+        op_snapshots = (snapshots or {}).get(op.name)
+        if shard_pool is not None and len(specs) >= 2 * shards:
+            return _run_op_sharded(config, op, specs, workers, opts, op_snapshots, shard_pool, shards)
+        return run_op(config, op, specs, workers, opts, op_snapshots)
+
+    def probed(op: OpConfig) -> BudgetedOp:
+        """A budgeted op after its first cases: its batches share one progress count."""
         specs = plans.get(op.name, [])
         if options.on_op_start:
             options.on_op_start(op.name, len(specs))
-        op_snapshots = (snapshots or {}).get(op.name)
-        if shard_pool is not None and len(specs) >= 2 * shards:
-            outcome = _run_op_sharded(config, op, specs, workers, options, op_snapshots, shard_pool, shards)
-        else:
-            outcome = run_op(config, op, specs, workers, options, op_snapshots)
+        done = [0]
+
+        def on_case(name: str, result: CaseResult, _i: int, _n: int) -> None:
+            done[0] += 1
+            if options.on_case:
+                options.on_case(name, result, done[0], len(specs))
+
+        def batch(part: list[CaseSpec], limit: float | None) -> OpOutcome:
+            return execute(op, part, dataclasses.replace(options, on_case=on_case, time_budget=limit))
+
+        split = shards if shard_pool is not None and len(specs) >= 2 * shards else 1
+        b = BudgetedOp(
+            config,
+            op,
+            specs,
+            options.mode,
+            batch,
+            cap=budgets.per_op.get(op.name),
+            hard_stop=options.time_budget,
+            parallel=split,
+            run_source=budgets.run_source,
+        )
+        b.probe()
+        return b
+
+    def one(op: OpConfig, outcome: OpOutcome | None = None) -> OpOutcome:
+        if outcome is None:
+            specs = plans.get(op.name, [])
+            if options.on_op_start:
+                options.on_op_start(op.name, len(specs))
+            outcome = execute(op, specs, options)
         probe = None
         if options.mode in (*VERDICT_MODES, "calibrate") and outcome.status in ("failed", "error"):
             quiet = dataclasses.replace(
@@ -444,11 +476,19 @@ def run_validation(
         return outcome
 
     try:
-        if shards > 1 or jobs == 1 or len(ops) <= 1:
-            outcomes = [one(op) for op in ops]
-        else:
-            with ThreadPoolExecutor(max_workers=min(jobs, len(ops)), thread_name_prefix="gpuemu-op") as pool:
-                outcomes = list(pool.map(one, ops))
+        side_by_side = not (shards > 1 or jobs == 1 or len(ops) <= 1)
+        with ThreadPoolExecutor(
+            max_workers=min(jobs, len(ops)) if side_by_side else 1, thread_name_prefix="gpuemu-op"
+        ) as pool:
+            each: Callable[..., list[Any]] = (
+                (lambda f, xs: list(pool.map(f, xs))) if side_by_side else (lambda f, xs: [f(x) for x in xs])
+            )
+            if not budgets.active:
+                outcomes = each(one, ops)
+            else:  # every op's first cases, then the budget shared out by what they cost, then the rest
+                runs = each(probed, ops)
+                grants = _grants(runs, budgets.run, budgets.per_op, t0, 1 if shards > 1 else min(jobs, len(ops)))
+                outcomes = each(lambda b: one(b.op, b.finish(grants[b.op.name])), runs)
     finally:
         if shard_pool is not None:
             shard_pool.shutdown(wait=True)
@@ -460,10 +500,34 @@ def run_validation(
         outcomes,
         time.monotonic() - t0,
         cancelled=any(o.status == "cancelled" for o in outcomes),
+        budget={
+            "seconds": budgets.run,
+            "source": budgets.run_source,
+            "side_by_side": 1 if shards > 1 else min(jobs, len(ops)),
+        }
+        if budgets.active
+        else None,
     )
     if store is not None and run_id is not None:
         store.finish_run(run_id, "cancelled" if result.cancelled else result.status)
     return result
+
+
+def _grants(
+    runs: list[BudgetedOp],
+    run_budget: float | None,
+    caps: dict[str, tuple[float, str]],
+    t0: float,
+    side_by_side: int,
+) -> dict[str, float | None]:
+    """Seconds each probed op may still spend: its own cap less what its probe took, shared out of what is
+    left of the run's budget (``side_by_side`` ops at once) when there is one."""
+    left_of_cap = {b.op.name: max(0.0, caps[b.op.name][0] - b.spent) if b.op.name in caps else None for b in runs}
+    demands = {b.op.name: b.demand() for b in runs}
+    if run_budget is None:
+        return allocate(demands, left_of_cap, None, None)
+    left = max(0.0, run_budget - (time.monotonic() - t0))
+    return allocate(demands, left_of_cap, left * side_by_side, left)
 
 
 def _store_verdict(store: Store, run_id: str, outcome: OpOutcome, mode: str) -> None:
@@ -486,6 +550,8 @@ def _store_verdict(store: Store, run_id: str, outcome: OpOutcome, mode: str) -> 
             "planned": outcome.planned,
             "mode": mode,
             "condition": outcome.condition,
+            "budget": outcome.budget,
+            "timing": outcome.timing(),
         },
     )
 

@@ -36,6 +36,7 @@ class GateOptions:
     mode: str = "thorough"
     seed: int | None = None
     iterations: int | None = None
+    budget: float | None = None  # --budget in seconds (math.inf: off); None: [ci] budget, else the default
     jobs: int | str | None = None  # a count, "auto", or None: [ci] parallel_jobs, else auto
     baseline: str | None = None
     fail_on_regression: bool | None = None
@@ -94,6 +95,8 @@ def run_gate(config: Config, options: GateOptions, store: Store | None = None) -
         ops=ops,
         jobs=default_jobs(config, options.jobs),
         time_budget=config.ci.thorough_timeout if thorough else None,
+        budget=options.budget,
+        default_budget=True,
         source=options.source,
         command=options.command,
         store=options.store,

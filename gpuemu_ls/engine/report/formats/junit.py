@@ -96,12 +96,34 @@ def _suite(root: ET.Element, name: str, entries: list[dict[str, Any]], doc: dict
     for key in ("mode", "seed", "shard", "run_id", "project"):
         if doc.get(key) is not None:
             ET.SubElement(props, "property", name=key, value=str(doc[key]))
+    run_budget = doc.get("budget") or {}
+    for key in ("seconds", "cut_cases", "cut_classes", "full_estimate"):
+        if name == "gpuemu.ops" and run_budget.get(key) is not None:
+            ET.SubElement(props, "property", name=f"budget.{key}", value=str(run_budget[key]))
     for e in entries:  # what is neither passed nor failed (junit-10 has no properties per testcase)
         st = e.get("stats") or {}
         for key in ("out_of_range", "out_of_range_cases", "suspect_nan", "suspect_cases"):
             if st.get(key):
                 ET.SubElement(props, "property", name=f"{e['name']}.{key}", value=str(st[key]))
+        for key, value in _budget_properties(e):
+            ET.SubElement(props, "property", name=f"{e['name']}.{key}", value=value)
     return suite
+
+
+def _budget_properties(e: dict[str, Any]) -> list[tuple[str, str]]:
+    """An op's budget (what ran, what it cut, what everything needs) and its time by phase, as properties."""
+    out: list[tuple[str, str]] = []
+    b = e.get("budget")
+    if b:
+        for key in ("seconds", "planned", "ran", "cut_cases", "smaller_cases", "classes", "covered", "full_estimate"):
+            if b.get(key) is not None:
+                out.append((f"budget.{key}", str(b[key])))
+        out.append(("budget.cut_classes", "; ".join(b.get("cut_classes") or [])))
+    timing = e.get("timing") or {}
+    for key in ("generate", "op", "reference", "compare", "other"):
+        if timing.get(key) is not None:
+            out.append((f"time.{key}", f"{timing[key]:.3f}"))
+    return out
 
 
 def render_junit(doc: dict[str, Any]) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...config.load import format_duration
 from ..lines import KIND_TEXT
 
 WORD = {"passed": "PASS", "failed": "FAIL", "error": "ERROR", "not_run": "NOT RUN", "cancelled": "CANCELLED"}
@@ -61,6 +62,22 @@ def failure_text(op: str, f: dict[str, Any], replay_prefix: str = "") -> str:
     )
 
 
+def budget_text(budget: dict[str, Any]) -> str:
+    """An op's budget in a few words: "budget 20s (default): 24/100 cases, all 31 classes covered", or the
+    classes it cut."""
+    head = f"budget {format_duration(budget['seconds'])}" if budget.get("seconds") else "budget"
+    if budget.get("source"):
+        head += f" ({budget['source']})"
+    cases = f"{budget['ran']}/{budget['planned']} cases"
+    if budget.get("smaller_cases"):
+        cases += f" ({budget['smaller_cases']} smaller stand-ins)"
+    cut = budget.get("cut_classes") or []
+    if not cut:
+        return f"{head}: {cases}, all {budget['classes']} classes covered"
+    more = ", ..." if len(cut) > 6 else ""
+    return f"{head}: {cases}, {len(cut)} of {budget['classes']} classes cut: {', '.join(cut[:6])}{more}"
+
+
 def render_text(doc: dict[str, Any], *, show: int = 3, replay_prefix: str = "") -> str:
     lines: list[str] = []
     for e in doc["ops"]:
@@ -86,6 +103,9 @@ def render_text(doc: dict[str, Any], *, show: int = 3, replay_prefix: str = "") 
             lines.append(f"    {e['message']}")
         if e.get("diagnosis"):
             lines.append(f"    diagnosis: {e['diagnosis']}")
+        b = e.get("budget")
+        if b and (b.get("cut_cases") or b.get("cut_classes")):
+            lines.append(f"    {budget_text(b)}")
         for f in e["failures"][:show]:
             lines.append("    " + failure_text(e["name"], f, replay_prefix).replace("\n", "\n    "))
         more = e.get("failures_total", len(e["failures"])) - min(show, len(e["failures"]))
@@ -110,6 +130,8 @@ def render_text(doc: dict[str, Any], *, show: int = 3, replay_prefix: str = "") 
         )
     for r in doc.get("regressions", []):
         lines.append(f"REGRESSION {r['kind']} {r['name']}: {r['reason']}")
+    if (doc.get("budget") or {}).get("line"):
+        lines.append(doc["budget"]["line"])
     s = doc["summary"]
     tail = (
         f"{s.get('passed', 0) - unchecked} passed, {s.get('failed', 0)} failed, {s.get('error', 0)} errors, "

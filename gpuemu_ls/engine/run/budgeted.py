@@ -1,0 +1,287 @@
+"""Time-budgeted runs: measure each op's cost from its first cases, then run what fits.
+
+Which budget applies (:func:`resolve`), most specific first:
+
+* ``--budget off``: none at all (what a run cost before budgets);
+* an op's ``budget`` caps that op (``"off"``: the op is never cut);
+* the run's budget, ``--budget`` or ``[ci] budget`` (``[ci.quick] budget`` for ``--quick``): the wall time
+  for all ops, shared out after every op's first cases ran (:func:`allocate`: ops that need less than an
+  equal share get what they need, the rest share what is left);
+* with none of these, the default per-op budget of the run's mode (:data:`DEFAULT_BUDGET`), in ``gpuemu
+  test`` and the gate (not ``gpuemu fuzz``, whose count is the ask, nor the editor's runs).
+
+An op runs in up to three batches on its worker (:class:`BudgetedOp`): its first cases
+(:data:`~gpuemu_ls.engine.cases.budget.PROBE_CASES`), which fit the cost model; the coverage cases
+:func:`~gpuemu_ls.engine.cases.budget.select` picks; then, with the model refit on everything so far,
+whatever else fits. A batch that overruns its share (a model that guessed wrong) stops, and what did not
+run is reported as cut like the rest.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..cases.budget import (
+    PROBE_CASES,
+    CostModel,
+    coverage,
+    fit,
+    plan_filter,
+    select,
+    smaller_seeds,
+    targets,
+    work,
+)
+from ..cases.plan import CaseSpec, Need, minimum_needs, quick_needs, run_filter, structure_needs
+from ..config.load import Config, OpConfig
+from ..oracle.outcome import CaseResult, OpOutcome, op_status
+
+#: Seconds per op when no budget is set, by mode. 100 thorough cases of a numpy op take well under a second
+#: and never meet these; an op whose own cost is seconds per case (Triton's interpreter, a script that
+#: starts a framework) is planned down to them, its coverage classes first. Quick runs are for pull
+#: requests: a few seconds per op.
+DEFAULT_BUDGET = {"thorough": 20.0, "quick": 5.0}
+#: How far past its share a batch may run before it is stopped: cost models are fitted on a few cases.
+OVERRUN = 1.25
+
+
+@dataclass(frozen=True)
+class Budgets:
+    """The budgets of one run: the run's own (seconds, where it came from) and each op's cap."""
+
+    run: float | None = None
+    run_source: str = ""
+    per_op: dict[str, tuple[float, str]] = field(default_factory=dict)
+
+    @property
+    def active(self) -> bool:
+        return self.run is not None or bool(self.per_op)
+
+
+def resolve(config: Config, mode: str, ops: list[OpConfig], given: float | None, *, default: bool) -> Budgets:
+    """The budgets a run of ``ops`` in ``mode`` works to (see the module docstring); ``given`` is ``--budget``
+    (``math.inf`` for off), ``default`` whether the mode's default applies when nothing else is set."""
+    if given == math.inf:
+        return Budgets()
+    configured = config.ci.quick_budget if mode == "quick" else config.ci.budget
+    run, source = (given, "--budget") if given is not None else (None, "")
+    if run is None and configured is not None:
+        run, source = configured, "[ci.quick] budget" if mode == "quick" else "[ci] budget"
+    off = run == math.inf
+    if off:
+        run = None
+    per_op: dict[str, tuple[float, str]] = {}
+    for op in ops:
+        if op.budget is not None:
+            if op.budget != math.inf:
+                per_op[op.name] = (op.budget, "op budget")
+        elif run is None and not off and default and mode in DEFAULT_BUDGET:
+            per_op[op.name] = (DEFAULT_BUDGET[mode], "default")
+    return Budgets(run, source, per_op)
+
+
+def allocate(
+    demands: dict[str, float], caps: dict[str, float | None], pool: float | None, wall: float | None
+) -> dict[str, float | None]:
+    """Seconds each op may still spend: its cap (None: unlimited) without a run budget; with one (``pool``
+    worker-seconds left, ``wall`` seconds per op at most), water-filling: an op needing less than an equal
+    share of what is left gets what it needs, and the others split the rest."""
+    grants: dict[str, float | None] = {}
+    if pool is None:
+        return {name: caps.get(name) for name in demands}
+    want = {n: min(d, _or_inf(caps.get(n)), _or_inf(wall)) for n, d in demands.items()}
+    left, waiting = max(pool, 0.0), sorted(want, key=lambda n: (want[n], n))
+    while waiting:
+        share = left / len(waiting)
+        name = waiting.pop(0)
+        grants[name] = min(want[name], share)
+        left -= grants[name]
+    return grants
+
+
+def _or_inf(x: float | None) -> float:
+    return math.inf if x is None else x
+
+
+def needs_of(op: OpConfig, mode: str) -> list[Need]:
+    """The coverage needs the planner gives a run of ``mode`` (cases/plan.py), which a budget keeps too."""
+    return minimum_needs(op) + (quick_needs(op) if mode == "quick" else structure_needs(op))
+
+
+Execute = Callable[[list[CaseSpec], float | None], OpOutcome]
+
+
+class BudgetedOp:
+    """One op of a budgeted run: probe, then coverage, then the rest, each a batch through ``execute``."""
+
+    def __init__(
+        self,
+        config: Config,
+        op: OpConfig,
+        specs: list[CaseSpec],
+        mode: str,
+        execute: Execute,
+        *,
+        cap: tuple[float, str] | None,
+        hard_stop: float | None = None,
+        parallel: int = 1,
+        run_source: str = "",
+    ) -> None:
+        self.config, self.op, self.specs, self.mode = config, op, specs, mode
+        self.execute = execute
+        self.cap = cap
+        self.hard_stop = hard_stop  # [ci] thorough_timeout: the op's limit whatever its budget
+        self.parallel = max(1, parallel)  # workers one op's batches are split over (wall = work / parallel)
+        self.batches: list[OpOutcome] = []
+        self.spent = 0.0  # wall seconds so far
+        self.model: CostModel | None = None
+        self.grant: float | None = None
+        self.source = cap[1] if cap else run_source  # where the op's budget came from
+
+    # --- measuring ------------------------------------------------------------------------------------
+    def _run(self, specs: list[CaseSpec], limit: float | None) -> OpOutcome:
+        if self.hard_stop is not None:
+            left = self.hard_stop - self.spent
+            limit = left if limit is None else min(limit, left)
+        t0 = time.monotonic()
+        out = self.execute(specs, None if limit is None else max(limit, 0.001))
+        self.spent += time.monotonic() - t0
+        self.batches.append(out)
+        return out
+
+    def _refit(self) -> None:
+        obs = [(work(c.spec), c.durations["case"]) for c in self.cases if c.durations.get("case") is not None]
+        self.model = fit(obs) or self.model
+        if self.model is None and self.cases:  # nothing timed (every case errored): the wall time per case
+            self.model = CostModel(self.spent / len(self.cases), 0.0)
+
+    @property
+    def cases(self) -> list[CaseResult]:
+        return [c for b in self.batches for c in b.cases]
+
+    def stopped(self) -> bool:
+        """Whether nothing more should run: a setup error, a cancel, fail-fast, a crash streak, the hard stop."""
+        last = self.batches[-1] if self.batches else None
+        if last is None:
+            return False
+        if last.status in ("cancelled", "not_run") or last.setup_error is not None:
+            return True  # cancelled, nothing runnable here, or the op cannot be loaded
+        if last.stopped and ("in a row" in last.stopped or "fail-fast" in last.stopped):
+            return True
+        return self.hard_stop is not None and self.spent >= self.hard_stop
+
+    def probe(self) -> None:
+        """Run the first cases (pinned first) and fit the cost model to them."""
+        first = self.specs[: min(PROBE_CASES, len(self.specs))]
+        limit = self.cap[0] * OVERRUN if self.cap else None
+        self._run(first, limit)
+        self._refit()
+
+    def demand(self) -> float:
+        """Predicted seconds of the planned cases not run yet (0 when stopped or all ran)."""
+        if self.stopped() or self.model is None:
+            return 0.0
+        done = {c.seed for c in self.cases}
+        return sum(self.model.cost(s) for s in self.specs if s.seed not in done) / self.parallel
+
+    def full_estimate(self) -> float:
+        """Predicted wall seconds of the whole plan: what a budget that cuts nothing must allow."""
+        if self.model is None:
+            return self.spent
+        probe_specs = {c.seed for c in self.batches[0].cases} if self.batches else set()
+        rest = sum(self.model.cost(s) for s in self.specs if s.seed not in probe_specs) / self.parallel
+        return (self.batches[0].elapsed if self.batches else 0.0) + rest
+
+    # --- the rest of the run --------------------------------------------------------------------------
+    def finish(self, grant: float | None) -> OpOutcome:
+        """Run what ``grant`` seconds allow (None: everything left) and return the op's one outcome."""
+        self.grant = grant
+        done = {c.seed for c in self.cases}
+        left = [s for s in self.specs if s.seed not in done]
+        budgeted = grant is not None and self.model is not None
+        if left and not self.stopped():
+            if not budgeted or self.demand() <= grant:  # type: ignore[operator]
+                self._run(left, grant * OVERRUN + 1.0 if budgeted else None)  # type: ignore[operator]
+            else:
+                self._fit_rest(grant)  # type: ignore[arg-type]
+        return self._outcome()
+
+    def _fit_rest(self, grant: float) -> None:
+        accept = plan_filter(self.specs, run_filter(self.op, self.mode, quick_dtypes=self.config.ci.quick_dtypes))
+        goals = targets(self.specs, needs_of(self.op, self.mode))
+        extras = smaller_seeds(self.op, self.specs, accept)
+        start = self.spent
+        for step in ("cover", "rest"):
+            if self.stopped() or self.model is None:
+                return
+            done_specs = [c.spec for c in self.cases]
+            done = {s.seed for s in done_specs}
+            allowance = (grant - (self.spent - start)) * self.parallel
+            pick = select(
+                done_specs,
+                [s for s in self.specs if s.seed not in done],
+                [s for s in extras if s.seed not in done],
+                goals,
+                self.model,
+                allowance,
+                len(self.specs),
+            )
+            batch = pick.cover if step == "cover" else pick.specs
+            if not batch:
+                continue
+            self._run(batch, max(0.0, grant - (self.spent - start)) * OVERRUN + 1.0)
+            self._refit()
+
+    def _outcome(self) -> OpOutcome:
+        """The batches joined into the op's one outcome, with what the budget let run and what it cut."""
+        out = OpOutcome(self.op.name, "not_run", planned=len(self.specs))
+        out.cases = self.cases
+        out.elapsed = self.spent
+        out.setup_error = next((b.setup_error for b in self.batches if b.setup_error), None)
+        out.stopped = "; ".join(dict.fromkeys(b.stopped for b in self.batches if b.stopped)) or None
+        statuses = {b.status for b in self.batches}
+        if "cancelled" in statuses:
+            out.status = "cancelled"
+        elif out.setup_error is not None:
+            out.status = "failed" if any(c.status == "failed" for c in out.cases) else "error"
+            out.message = next(b.message for b in self.batches if b.setup_error)
+        elif not out.cases and self.batches:  # nothing ran: the first batch says why (not runnable, an error)
+            out.status, out.message = self.batches[0].status, self.batches[0].message
+        else:
+            out.status = op_status(out.cases)
+        if self.grant is not None or self.cap is not None:
+            out.budget = self.report()
+        if not out.message:
+            out.message = out.summary()
+        return out
+
+    def report(self) -> dict[str, Any]:
+        """What the budget let run and what it cut: counts, classes per axis, the time everything needs."""
+        ran = [c.spec for c in self.cases]
+        planned_seeds = {s.seed for s in self.specs}
+        ran_planned = sum(1 for s in ran if s.seed in planned_seeds)
+        cov = coverage(self.specs, ran, targets(self.specs, needs_of(self.op, self.mode)))
+        allowance = self.cap[0] if self.cap else None  # an op's own or the default budget, as set
+        if allowance is None and self.grant is not None:  # its share of the run's budget
+            allowance = (self.batches[0].elapsed if self.batches else 0.0) + self.grant
+        return {
+            "seconds": round(allowance, 3) if allowance is not None else None,
+            "source": self.source,
+            "planned": len(self.specs),
+            "ran": len(ran),
+            "cut_cases": len(self.specs) - ran_planned,
+            "smaller_cases": len(ran) - ran_planned,
+            "classes": cov["classes"],
+            "covered": cov["covered"],
+            "cut_classes": cov["cut_classes"],
+            "axes": cov["axes"],
+            "full_estimate": round(self.full_estimate(), 3),
+            "model": self.model.to_dict() if self.model else None,
+        }
+
+
+__all__ = ["DEFAULT_BUDGET", "BudgetedOp", "Budgets", "allocate", "needs_of", "resolve"]
