@@ -19,9 +19,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_engine
 import bench_lsp
 import bench_tools
+import bench_triton
 import bench_verdicts
 
-ALL = {**bench_engine.BENCHMARKS, **bench_lsp.BENCHMARKS, **bench_tools.BENCHMARKS, **bench_verdicts.BENCHMARKS}
+ALL = {
+    **bench_engine.BENCHMARKS,
+    **bench_lsp.BENCHMARKS,
+    **bench_tools.BENCHMARKS,
+    **bench_verdicts.BENCHMARKS,
+    **bench_triton.BENCHMARKS,
+}
 
 
 def table(results: list[dict]) -> str:
@@ -38,7 +45,15 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="smaller sizes (a smoke run, not the figures)")
     parser.add_argument("--only", help="comma-separated benchmark numbers")
     parser.add_argument("--output", default=str(Path(__file__).resolve().parent / "results" / "results.json"))
+    parser.add_argument(
+        "--gate-flags",
+        action="append",
+        metavar="FLAGS",
+        help='#11: extra gate flags, one row each (e.g. --gate-flags "--budget off" --gate-flags "")',
+    )
     args = parser.parse_args()
+    if args.gate_flags:
+        bench_triton.GATE_FLAGS[:] = args.gate_flags
     chosen = [int(x) for x in args.only.split(",")] if args.only else sorted(ALL)
     results = []
     for number in chosen:

@@ -1,0 +1,60 @@
+"""The Triton benchmark workspace (issue 16) stays right: a quick gate run through the CPU interpreter fails
+every `_bug_` op and passes every correct twin, each family has both, and the two families copied from
+examples/triton stay the same code. The timed thorough runs over 3 seeds are benchmark 11
+(benchmarks/bench_triton.py), not a test: they take minutes."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+if importlib.util.find_spec("torch") is None or importlib.util.find_spec("triton") is None:
+    pytest.skip("the Triton benchmark workspace needs torch and triton", allow_module_level=True)
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+ROOT = Path(__file__).resolve().parents[2]
+WS = ROOT / "benchmarks" / "triton_ws"
+FAMILIES = ("softmax_looped", "layernorm", "rmsnorm", "matmul_ktiles", "flash_attention", "cumsum")
+
+
+def _gpuemu(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    env.pop("GPUEMU_STORE", None)
+    return subprocess.run(
+        [sys.executable, "-m", "gpuemu_ls", *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=900
+    )
+
+
+def test_every_family_has_a_correct_op_and_a_buggy_twin() -> None:
+    ops = [o["name"] for o in tomllib.loads((WS / "gpuemu.toml").read_text(encoding="utf-8"))["ops"]]
+    for family in (*FAMILIES, "softmax", "matmul"):
+        assert family in ops, family
+        assert any(o.startswith(f"{family}_bug_") for o in ops), family
+    assert all(o.split("_bug_")[0] in ops for o in ops)  # every bug has its twin
+    for name in ("softmax.py", "matmul.py"):  # the examples/triton kernels, unchanged
+        assert (WS / name).read_bytes() == (ROOT / "examples" / "triton" / name).read_bytes(), name
+
+
+def test_quick_gate_catches_every_bug_and_passes_every_twin(tmp_path: Path) -> None:
+    ws = tmp_path / "triton_ws"
+    shutil.copytree(WS, ws, ignore=shutil.ignore_patterns(".gpuemu", "__pycache__"))
+    # no time budget where the gate has one: which cases run must not depend on this machine's speed
+    no_budget = ["--budget", "off"] if "--budget" in _gpuemu("ci", "--help", cwd=ws).stdout else []
+    proc = _gpuemu("ci", "--quick", *no_budget, "--seed", "0", "--format", "json", "--no-progress", cwd=ws)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    doc = json.loads(proc.stdout)
+    verdicts = {e["name"]: e["status"] for e in doc["ops"]}
+    assert len(verdicts) == 16
+    wrong = {n: s for n, s in verdicts.items() if s != ("failed" if "_bug_" in n else "passed")}
+    assert not wrong, wrong
