@@ -45,6 +45,8 @@ from ..oracle.outcome import CaseResult, OpOutcome, op_status
 #: starts a framework) is planned down to them, its coverage classes first. Quick runs are for pull
 #: requests: a few seconds per op.
 DEFAULT_BUDGET = {"thorough": 20.0, "quick": 5.0}
+#: Seconds per case the supervisor adds to a case's own time (planning, transfers, storing): README #7.
+SUPERVISOR_S = 0.001
 #: How far past its share a batch may run before it is stopped: cost models are fitted on a few cases.
 OVERRUN = 1.25
 
@@ -138,6 +140,7 @@ class BudgetedOp:
         self.parallel = max(1, parallel)  # workers one op's batches are split over (wall = work / parallel)
         self.batches: list[OpOutcome] = []
         self.spent = 0.0  # wall seconds so far
+        self.charged = 0.0  # what counts against the budget: the cases' own time (not starting a worker)
         self.model: CostModel | None = None
         self.grant: float | None = None
         self.source = cap[1] if cap else run_source  # where the op's budget came from
@@ -149,12 +152,21 @@ class BudgetedOp:
             limit = left if limit is None else min(limit, left)
         t0 = time.monotonic()
         out = self.execute(specs, None if limit is None else max(limit, 0.001))
-        self.spent += time.monotonic() - t0
+        wall = time.monotonic() - t0
+        self.spent += wall
+        timed = [c.durations.get("case") for c in out.cases]
+        # a batch that started a worker and imported the op (seconds for torch and triton) is charged only
+        # its cases' time: the import is paid once per worker, whatever the budget
+        own = sum(timed) + SUPERVISOR_S * len(timed) if timed and None not in timed else wall  # type: ignore[arg-type]
+        self.charged += min(wall, own)
         self.batches.append(out)
         return out
 
     def _refit(self) -> None:
-        obs = [(work(c.spec), c.durations["case"]) for c in self.cases if c.durations.get("case") is not None]
+        timed = [c for c in self.cases if c.durations.get("case") is not None]
+        # the op's first case pays one-off costs (a JIT, a lazy import, warm caches): the model leaves it out
+        # once others were timed
+        obs = [(work(c.spec), c.durations["case"]) for c in (timed[1:] if len(timed) > 1 else timed)]
         self.model = fit(obs) or self.model
         if self.model is None and self.cases:  # nothing timed (every case errored): the wall time per case
             self.model = CostModel(self.spent / len(self.cases), 0.0)
@@ -214,13 +226,13 @@ class BudgetedOp:
         accept = plan_filter(self.specs, run_filter(self.op, self.mode, quick_dtypes=self.config.ci.quick_dtypes))
         goals = targets(self.specs, needs_of(self.op, self.mode))
         extras = smaller_seeds(self.op, self.specs, accept)
-        start = self.spent
+        start = self.charged
         for step in ("cover", "rest"):
             if self.stopped() or self.model is None:
                 return
             done_specs = [c.spec for c in self.cases]
             done = {s.seed for s in done_specs}
-            allowance = (grant - (self.spent - start)) * self.parallel
+            allowance = (grant - (self.charged - start)) * self.parallel
             pick = select(
                 done_specs,
                 [s for s in self.specs if s.seed not in done],
@@ -233,7 +245,7 @@ class BudgetedOp:
             batch = pick.cover if step == "cover" else pick.specs
             if not batch:
                 continue
-            self._run(batch, max(0.0, grant - (self.spent - start)) * OVERRUN + 1.0)
+            self._run(batch, max(0.0, grant - (self.charged - start)) * OVERRUN + 1.0)
             self._refit()
 
     def _outcome(self) -> OpOutcome:

@@ -522,7 +522,7 @@ def _grants(
 ) -> dict[str, float | None]:
     """Seconds each probed op may still spend: its own cap less what its probe took, shared out of what is
     left of the run's budget (``side_by_side`` ops at once) when there is one."""
-    left_of_cap = {b.op.name: max(0.0, caps[b.op.name][0] - b.spent) if b.op.name in caps else None for b in runs}
+    left_of_cap = {b.op.name: max(0.0, caps[b.op.name][0] - b.charged) if b.op.name in caps else None for b in runs}
     demands = {b.op.name: b.demand() for b in runs}
     if run_budget is None:
         return allocate(demands, left_of_cap, None, None)
