@@ -102,18 +102,14 @@ def _misbehaving(ops: dict[str, dict[str, Any]], correct: list[str], buggy: list
 
 #: twins whose true condition the diagnosis grammar cannot state (it says what it knows instead)
 DIAGNOSIS_GAPS = {
-    "rmsnorm_bug_half_acc": "long rows or large values, in half precision: a disjunction with a magnitude",
     "cast_bf16_bug_round_half_up": "exact ties also occur at random in long rows (not necessary, expected.toml)",
     "cast_fp16_bug_round_half_up": "exact ties also occur at random in long rows (not necessary, expected.toml)",
     "logsumexp_bug_max_pad_zero": "two conditions, hidden on most inputs of both",
-    "layernorm_welford_bug_merge_counts": "N % 64 != 0 is stated; N == 1 hides the bug too",
 }
 
 
 #: and in quick mode's 16 cases only
-QUICK_DIAGNOSIS_GAPS = {
-    "attention_bug_missing_scale": "shows in 5 of 16 quick cases; values that hide it explain the passes better",
-}
+QUICK_DIAGNOSIS_GAPS: dict[str, str] = {}
 
 
 def _atoms_stated(condition: str, diagnosis: str) -> list[str]:

@@ -85,6 +85,18 @@ N = 7
 D = [16, 64, 4, 256]
 
 [[ops]]
+name = "twotrig"
+module = "diag_ops:two_triggers"
+reference = "diag_ops:scale_ref"
+layouts = ["contiguous"]
+distributions = ["normal", "large"]
+[ops.inputs.x]
+shape = ["B", "N"]
+[ops.dims]
+B = 3
+N = { min = 1, max = 1024, default = 128 }
+
+[[ops]]
 name = "masked"
 module = "diag_ops:softmax_plain"
 reference = "diag_ops:masked_softmax_ref"
@@ -116,6 +128,13 @@ def scale_tail(x):
 def scale_size_one(x):
     y = (2 * np.asarray(x, dtype=np.float32)).astype(x.dtype)
     return y if x.shape[-1] != 1 else y * 0.5
+
+
+def two_triggers(x):
+    y = (2 * np.asarray(x, dtype=np.float32)).astype(x.dtype)
+    if x.shape[-1] > 256 or np.abs(x).max() >= 100:  # long rows or large values
+        y = y * np.float32(1.5)
+    return y
 
 
 def scale_eighth(x):
@@ -384,3 +403,155 @@ def test_sqrt_d_hint_survives_a_tiny_failing_case(cfg: Config) -> None:
     cases = run_all(cfg, "attention", specs)
     assert all(c.status == "failed" for c in cases)
     assert "op/ref = sqrt(D) in every case" in diagnose_cases(cases, op)
+
+
+def case(
+    i: int,
+    status: str,
+    n: int,
+    dist: str = "normal",
+    mag: float = 4.0,
+    b: int = 4,
+    probe: bool = False,
+) -> CaseResult:
+    """A constructed case of op ``rows`` (dims B, N) with its largest input magnitude; ``probe``: a
+    confirmation case."""
+    spec = CaseSpec("rows", i, "random", "float32", "contiguous", dist, {"B": b, "N": n}, {"x": (b, n)})
+    feats: dict[str, object] = {"input_max": mag, **({"probe": True} if probe else {})}
+    return CaseResult("rows", i, spec, status, "mismatch" if status == "failed" else None, features=feats)
+
+
+def split(cases: list[CaseResult]) -> tuple[list[CaseResult], list[CaseResult]]:
+    """Run cases and confirmation cases apart, as diagnose_cases takes them."""
+    return [c for c in cases if not c.features.get("probe")], [c for c in cases if c.features.get("probe")]
+
+
+#: long rows or large values: a half-precision sum that stalls or overflows
+TWO_TRIGGERS = [
+    case(0, "failed", 4096),
+    case(1, "failed", 4096, "uniform", 1.0),
+    case(2, "failed", 64, "large", 1e4),
+    case(3, "failed", 128, "wide", 40.0),
+    case(4, "passed", 64),
+    case(5, "passed", 1024, "uniform", 1.0),
+    case(6, "passed", 256),
+]
+
+
+def test_a_disjunction_is_stated_when_each_side_is_shown_alone(cfg: Config) -> None:
+    probes = [
+        case(10, "passed", 2048, probe=True),  # case 0 with N moved below the bound: passes
+        case(11, "passed", 64, "normal", 4.0, probe=True),  # case 2 with ordinary values: passes
+    ]
+    cases, extra = split([*TWO_TRIGGERS, *probes])
+    text = diagnose_cases(cases, cfg.op("rows"), probes=extra)
+    assert text.startswith("fails iff max |input| >= 8 or N > 2048 (4/4 failing, 0/3 passing; 2 confirmation"), text
+    assert "each side alone fails" in text and "low-precision accumulator" in text
+
+
+def test_confirmation_cases_show_each_side_of_a_disjunction_alone(cfg: Config) -> None:
+    op = cfg.op("twotrig")
+    rows = [("normal", 512), ("normal", 1024), ("large", 64), ("large", 16), ("normal", 64), ("normal", 128)]
+    cases = run_all(cfg, "twotrig", [spec_for(op, i, distribution=d, dims={"N": n}) for i, (d, n) in enumerate(rows)])
+    assert [c.status for c in cases] == ["failed"] * 4 + ["passed"] * 2
+    text = diagnosed(cfg, "twotrig", cases)
+    assert re.match(
+        r"fails iff (max \|input\| >= \d+|distribution == large) or N > 256 \(4/4 failing, 0/2 passing; \d+ confirm",
+        text,
+    ), text
+    assert "each side alone fails" in text
+
+
+def test_a_disjunction_is_not_stated_when_a_side_was_not_shown_alone(cfg: Config) -> None:
+    # the long row passes with N moved, but the large-value case was varied in its length, not its values:
+    # nothing shows the magnitude matters on its own
+    probes = [case(10, "passed", 2048, probe=True), case(11, "passed", 32, "large", 1e4, probe=True)]
+    cases, extra = split([*TWO_TRIGGERS, *probes])
+    text = diagnose_cases(cases, cfg.op("rows"), probes=extra)
+    assert " or " not in text.split(";")[0] and not text.startswith("fails iff"), text
+    # and where varying the values does not make it pass, the two sides do not cover the failures at all
+    probes = [case(10, "passed", 2048, probe=True), case(11, "failed", 64, "normal", 4.0, probe=True)]
+    cases, extra = split([*TWO_TRIGGERS, *probes])
+    text = diagnose_cases(cases, cfg.op("rows"), probes=extra)
+    assert " or " not in text.split(";")[0] and not text.startswith("fails iff"), text
+
+
+#: a partial last block breaks it, one-element rows hide it, and so do some other inputs
+MERGE = [
+    case(0, "failed", 33),
+    case(1, "failed", 97),
+    case(2, "failed", 65),
+    case(3, "passed", 64),
+    case(4, "passed", 128),
+    case(5, "passed", 256),
+    case(6, "passed", 2),
+    case(7, "passed", 1, "uniform", 1.0),
+    case(8, "passed", 1, "large", 1e4),
+    case(9, "passed", 99),
+]
+
+
+def test_a_size_exception_narrows_a_necessary_condition_when_a_case_shows_it(cfg: Config) -> None:
+    cases, extra = split([*MERGE, case(10, "passed", 1, probe=True)])  # case 0 with N = 1: passes
+    text = diagnose_cases(cases, cfg.op("rows"), probes=extra)
+    assert text.startswith("fails only if N % 2 != 0 and N > 1 (3/3 failing; 1/8 passing cases also satisfy it"), text
+    assert "N = 1 hides it" not in text  # the exception is not the bug
+
+
+def test_a_size_exception_is_not_added_without_a_case_that_changes_only_the_size(cfg: Config) -> None:
+    # N = 1 passes only with other values: the values may hide it as well as the size
+    cases, extra = split([*MERGE, case(10, "passed", 4, probe=True)])
+    text = diagnose_cases(cases, cfg.op("rows"), probes=extra)
+    assert text.startswith("fails only if N % 2 != 0 (3/3 failing;"), text
+    # a case that moves N across a bound and onto a multiple at once shows neither: 381 fails, 384 passes
+    rows = [case(0, "failed", 381), case(1, "failed", 33), case(2, "passed", 999), case(3, "passed", 64)]
+    rows += [case(4, "passed", 5, "uniform", 1.0), case(5, "passed", 384, probe=True)]
+    cases, extra = split(rows)
+    text = diagnose_cases(cases, cfg.op("rows"), probes=extra)
+    assert "N < 384" not in text and text.startswith("fails only if N % 2 != 0"), text
+
+
+def test_a_magnitude_bound_needs_a_gap_in_the_magnitudes_seen(cfg: Config) -> None:
+    rows = [case(0, "failed", 64, "positive", 4096.0), case(1, "failed", 64, "positive", 5000.0)]
+    rows += [case(2, "passed", 64, "normal", 4.0), case(3, "passed", 64, "normal", 1.0)]
+    probe = case(9, "passed", 64, "normal", 4.0, probe=True)
+    wide = [*rows, case(4, "passed", 64, "positive", 1500.0), probe]
+    cases, extra = split(wide)
+    text = diagnose_cases(cases, cfg.op("rows"), probes=extra)
+    assert "max |input| >= 2048" in text and text.startswith("fails iff"), text
+    # 3632 passing next to 4096 failing: samples of the same values, which a bound between them splits by chance
+    near = [*rows, case(4, "passed", 64, "positive", 3632.0), probe]
+    cases, extra = split(near)
+    text = diagnose_cases(cases, cfg.op("rows"), probes=extra)
+    assert "max |input|" not in text, text
+
+
+#: a missing 1/sqrt(D) inside a softmax: a single key hides it, and so do scores far from O(1)
+SCALE = [
+    case(0, "failed", 5),
+    case(1, "failed", 16, "uniform"),
+    case(2, "failed", 300, "wide"),
+    case(3, "failed", 24, "integers"),
+    case(4, "failed", 12, "positive"),
+    case(5, "failed", 7, "ties"),
+    case(6, "failed", 3, "tail_max"),
+    case(7, "passed", 5, "large", 1e4),
+    case(8, "passed", 17, "large", 1e4),
+    case(9, "passed", 40, "large", 1e4),
+    case(10, "passed", 64, "large", 1e4),
+    case(11, "passed", 9, "small", 1e-3),
+    case(12, "passed", 40),
+    case(13, "passed", 1),
+]
+
+
+def test_where_few_cases_fail_a_condition_on_where_it_shows_beats_values_that_hide_it(cfg: Config) -> None:
+    cases, extra = split([*SCALE, case(20, "passed", 1, probe=True), case(21, "failed", 2, probe=True)])
+    text = diagnose_cases(cases, cfg.op("rows"), probes=extra)
+    # "distribution != large" meets fewer passing cases, but says only where the bug hides
+    assert text.startswith("fails only if N > 1 (7/7 failing; 6/8 passing cases also satisfy it"), text
+    assert "N = 1 hides it" in text and "state carried" not in text
+    # a one-element case that fails refutes it
+    cases, extra = split([*SCALE, case(20, "failed", 1, probe=True), case(21, "failed", 2, probe=True)])
+    text = diagnose_cases(cases, cfg.op("rows"), probes=extra)
+    assert "N > 1" not in text, text

@@ -10,15 +10,18 @@ still fit, at most ``PROBE_BUDGET`` per op. A candidate that a confirmation case
 fails where it says it should not) is dropped.
 
 A condition is stated ("fails iff ...") only when confirmation cases ran and it is the one candidate
-left that every case fits; sizes that no case told apart are named as such. Otherwise the line says
-what is known: a necessary condition with the passing cases that meet it too (the bug hides on some
-inputs), the candidates still open, or "not explained by shape, layout, dtype or distribution". The
-location comes from the failing outputs' mismatch counts per axis, the rows that hold -inf, and the
-op/reference ratio, and each finding names the bug it usually means.
+left that every case fits; sizes that no case told apart are named as such. Failing that, two triggers
+("fails iff N > 2048 or max |input| >= 16") when a confirmation case shows each side alone decides
+(``find_disjunction``). Otherwise the line says what is known: a necessary condition with the passing
+cases that meet it too (the bug hides on some inputs; narrowed by a size exception such as "and N > 1"
+when a confirmation case shows it), the candidates still open, or "not explained by shape, layout,
+dtype or distribution". The location comes from the failing outputs' mismatch counts per axis, the rows
+that hold -inf, and the op/reference ratio, and each finding names the bug it usually means.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -55,6 +58,7 @@ class Predicate:
     block: int | None = None
     threshold: int | None = None
     kind: str = ""
+    narrowed: bool = False  # "A and N > 1": the second part only excepts sizes that hide the bug
 
 
 @dataclass(frozen=True)
@@ -138,7 +142,7 @@ def _atoms(cases: list[Any], bad: list[Any]) -> list[Predicate]:
     if len(maxes) >= 2:
         for k in sorted({int(m).bit_length() for m in maxes if m >= 1}):
             t = 1 << k
-            if t <= 4:
+            if t <= 4 or not _magnitude_gap(maxes, t):
                 continue
 
             def big(c: Any, t: int = t) -> bool | None:
@@ -147,6 +151,17 @@ def _atoms(cases: list[Any], bad: list[Any]) -> list[Predicate]:
 
             preds.append(Predicate(f"max |input| >= {t}", big, 3, threshold=t, kind="magnitude"))
     return preds
+
+
+def _magnitude_gap(maxes: list[float], t: int) -> bool:
+    """Whether the magnitudes seen leave a factor of 2 free around ``t``.
+
+    A threshold inside one cluster of magnitudes (3632 passing, 4096 failing, both `positive` values) splits
+    samples of the same values: what it separates is something else (the row length), not the magnitude.
+    """
+    below = max((m for m in maxes if m < t), default=0.0)
+    above = min((m for m in maxes if m >= t), default=float("inf"))
+    return above >= 2 * below
 
 
 def _nice_threshold(lo: int, hi: int) -> int:
@@ -237,7 +252,9 @@ def find_necessary(bad: list[Any], good: list[Any]) -> tuple[Predicate, int] | N
     """A predicate every bad case satisfies and at most 3/4 of the good ones do (fewest first), with that count.
 
     Bugs hide on some inputs (a tail error multiplied by zeros, a NaN row that is NaN in both): then no
-    condition separates exactly, but one is still *necessary*, and that is worth saying.
+    condition separates exactly, but one is still *necessary*, and that is worth saying. When few cases
+    fail, "distribution != large" (values that hide the bug) says less than a condition on where it shows,
+    so it comes last; an atom is narrowed by a size exception a confirmation case showed (``_narrow``).
     """
     if not bad or not good:
         return None
@@ -245,8 +262,137 @@ def find_necessary(bad: list[Any], good: list[Any]) -> tuple[Predicate, int] | N
     fits = [(p, h) for p in candidates(bad, good) if (h := _hits(p, good)) <= limit]
     # one feature before two: a pair that only explains where the bug hides says less than the atom it narrows
     atoms = [ph for ph in fits if "+" not in ph[0].kind]
-    pick = min(atoms or fits, key=lambda ph: (ph[1], ph[0].rank), default=None)
+    minority = len(bad) <= len(good)
+    pick = min(atoms or fits, key=lambda ph: (minority and _hiding_values(ph[0]), ph[1], ph[0].rank), default=None)
+    if pick is not None and "+" not in pick[0].kind:
+        pick = _narrow(pick[0], pick[1], bad, good) or pick
     return pick
+
+
+def _narrow(atom: Predicate, hits: int, bad: list[Any], good: list[Any]) -> tuple[Predicate, int] | None:
+    """``atom and N > 1`` when a size bound on a dim is necessary too and shown to matter.
+
+    "N % 64 != 0" with N == 1 passing: the one-element row hides the bug. The bound is added only when it
+    excepts at least two passing cases and a confirmation case that meets the atom differs from a failing
+    case in that dim alone (it moved the size across the bound), so it is never a coincidence of the
+    sizes drawn.
+    """
+    best: tuple[Predicate, int] | None = None
+    inside = [c for c in good if _holds(atom, c)]
+    necessary = [p for p in _atoms(bad + good, bad) if _necessary(p, bad)]
+    for e in necessary:
+        if e.kind not in ("above", "below"):
+            continue
+        pair = dataclasses.replace(_conj(atom, e), narrowed=True)
+        h = _hits(pair, good)
+        # two passing cases excepted at least: one is what a single case that hides the bug would give
+        if h <= hits - 2 and (best is None or h < best[1]) and _flips(e, bad, inside, necessary):
+            best = (pair, h)
+    return best
+
+
+#: Kinds a side of "A or B" may have: a size bound, an input magnitude, a layout, dtype or value kind.
+DISJUNCT_KINDS = ("above", "below", "magnitude", "layout", "dtype", "distribution")
+
+
+def _feature(pred: Predicate) -> str | None:
+    """The one case feature a single condition reads (``dims.N``, ``layout``, ...); magnitudes are values."""
+    if pred.kind in ("layout", "dtype", "distribution"):
+        return pred.kind
+    if pred.kind == "magnitude":
+        return "distribution"
+    if pred.kind in ("equal", "modulo", "above", "below") and pred.dim:
+        return f"dims.{pred.dim}"
+    return None
+
+
+def _differences(x: Any, y: Any) -> set[str]:
+    a, b = x.spec, y.spec
+    out = {attr for attr in ("layout", "dtype", "distribution") if getattr(a, attr) != getattr(b, attr)}
+    out |= {f"dims.{d}" for d in set(a.dims) | set(b.dims) if a.dims.get(d) != b.dims.get(d)}
+    return out
+
+
+def _flips(pred: Predicate, bad: list[Any], good: list[Any], rivals: list[Predicate] | None = None) -> bool:
+    """Whether a failing case meeting ``pred`` and a passing confirmation case not meeting it differ in
+    ``pred``'s feature alone: the evidence that this feature, and not another, decides the outcome.
+
+    The passing case must not also break a rival reading of that feature that every failing case meets:
+    N = 384 passing after N = 381 failing refutes "N % 64 != 0" as much as it supports "N < 384".
+    """
+    feat = _feature(pred)
+    if feat is None:
+        return False
+    # no rival: one size ("N == 4096", what any one failing size fits) or values that hide the bug
+    # ("distribution != normal", what any change of values to ordinary ones fits); neither is ever a side
+    others = [
+        r
+        for r in rivals or []
+        if r.kind not in (pred.kind, "equal")  # another bound of the same kind is the same reading
+        and not _hiding_values(r)
+        and _feature(r) == feat
+        and _necessary(r, bad)
+    ]
+    # the passing one a confirmation case: run cases that differ in one feature only are chance pairs
+    ys = [
+        y
+        for y in good
+        if (y.features or {}).get("probe") and pred.test(y) is False and not any(r.test(y) is False for r in others)
+    ]
+    return any(_differences(x, y) == {feat} for x in bad if _holds(pred, x) for y in ys)
+
+
+def _disjoin(a: Predicate, b: Predicate) -> Predicate:
+    def test(c: Any) -> bool | None:
+        x, y = a.test(c), b.test(c)
+        if x is True or y is True:
+            return True
+        return None if x is None or y is None else False
+
+    return Predicate(
+        f"{a.text} or {b.text}",
+        test,
+        20 + a.rank + b.rank,
+        dim=a.dim or b.dim,
+        threshold=a.threshold or b.threshold,
+        kind=f"{a.kind}|{b.kind}",
+    )
+
+
+def disjunctions(bad: list[Any], good: list[Any]) -> list[tuple[Predicate, Predicate, Predicate]]:
+    """``(A or B, A, B)`` for two single conditions on different features that no passing case meets and
+    that together cover every failing case, each alone on at least two of them; simplest first.
+
+    "Long rows or large values" (a half-precision sum that stalls or overflows) is one bug with two
+    triggers: no single condition or pair of conditions joined by "and" states it.
+    """
+    atoms = [
+        p
+        for p in _atoms(bad + good, bad)
+        if p.kind in DISJUNCT_KINDS and not _hiding_values(p) and _hits(p, good) == 0 and any(_holds(p, c) for c in bad)
+    ]
+    out = []
+    for a, b in itertools.combinations(sorted(atoms, key=lambda p: p.rank), 2):
+        if _feature(a) == _feature(b):
+            continue
+        only_a = sum(1 for c in bad if _holds(a, c) and not _holds(b, c))
+        only_b = sum(1 for c in bad if _holds(b, c) and not _holds(a, c))
+        if only_a >= 2 and only_b >= 2 and all(_holds(a, c) or _holds(b, c) for c in bad):
+            out.append((_disjoin(a, b), a, b))
+    return sorted(out, key=lambda t: t[0].rank)
+
+
+def find_disjunction(bad: list[Any], good: list[Any]) -> Predicate | None:
+    """The simplest "A or B" (see :func:`disjunctions`) whose sides are each shown to matter alone: a
+    failing case that meets one side only, and a passing case that differs from it in that side's feature
+    alone. Without both such pairs two conditions fit the cases by chance, and none is stated."""
+    for d, a, b in disjunctions(bad, good):
+        only_a = [c for c in bad if _holds(a, c) and not _holds(b, c)]
+        only_b = [c for c in bad if _holds(b, c) and not _holds(a, c)]
+        rivals = _atoms(bad + good, bad)
+        if _flips(a, only_a, good, rivals) and _flips(b, only_b, good, rivals):
+            return d
+    return None
 
 
 def _representative(bad: list[CaseResult]) -> CaseResult:
@@ -290,8 +436,6 @@ def _probe_values(dim: DimSpec) -> list[int]:
 
 def _probe_points(base: CaseResult, op: OpConfig) -> list[tuple[dict[str, Any], _Point]]:
     """Single-feature changes of the representative failing case, with the spec each would run."""
-    import dataclasses
-
     out: list[tuple[dict[str, Any], _Point]] = []
     spec = base.spec
     for name in sorted(op.dims):
@@ -400,7 +544,81 @@ def confirm(cases: list[CaseResult], op: OpConfig, probe: Probe, budget: int = P
             continue
         result.features = dict(result.features or {}, probe=True)
         ran.append(result)
+    if want == "failed":
+        ran += _confirm_sides(cases, ran, op, probe, budget - len(ran), allowance)
     return ran
+
+
+def _confirm_sides(
+    cases: list[CaseResult], ran: list[CaseResult], op: OpConfig, probe: Probe, budget: int, allowance: float
+) -> list[CaseResult]:
+    """When no one condition fits but "A or B" does, the cases that show each side matters alone: a failing
+    case that meets one side only, with that side's feature changed so it no longer holds (it must pass).
+
+    Several rounds, since a case that fails there refutes the pair and another may take its place.
+    """
+    out: list[CaseResult] = []
+    tried: set[tuple[Any, ...]] = set()
+    for _ in range(3):
+        evidence = cases + ran + out
+        bad = [c for c in evidence if c.status == "failed"]
+        good = [c for c in evidence if c.status == "passed"]
+        if find_condition(bad, good) is not None or find_disjunction(bad, good) is not None:
+            break
+        pool = disjunctions(bad, good)
+        if not pool:
+            break
+        _, a, b = pool[0]
+        progressed = False
+        for side, other in ((a, b), (b, a)):
+            only = [c for c in bad if _holds(side, c) and not _holds(other, c)]
+            if _flips(side, only, good, _atoms(bad + good, bad)):
+                continue
+            x = _representative(only)
+            changes = _side_change(side, x, op)
+            key = (x.seed, repr(changes))
+            if changes is None or key in tried or budget - len(out) <= 0:
+                continue
+            tried.add(key)
+            dims = dict(x.spec.dims, **changes.get("dims", {}))
+            if _cost(op, dims) > allowance:
+                continue
+            allowance -= _cost(op, dims)
+            result = probe(x.spec, changes)
+            if result is None:
+                continue
+            result.features = dict(result.features or {}, probe=True)
+            out.append(result)
+            progressed = True
+        if not progressed:
+            break
+    return out
+
+
+def _side_change(pred: Predicate, x: CaseResult, op: OpConfig) -> dict[str, Any] | None:
+    """The one-feature change of case ``x`` that makes ``pred`` false, nearest the boundary where one exists
+    (N > 2048 -> N = 2048), so the case that passes differs from the failing one as little as it can."""
+    if pred.kind in ("above", "below") and pred.dim in op.dims:
+        values = _probe_values(op.dims[pred.dim])
+        t = pred.threshold or 0
+        if pred.kind == "above":
+            options = [v for v in values if v <= t]
+            return {"dims": {pred.dim: max(options)}} if options else None
+        options = [v for v in values if v >= t]
+        return {"dims": {pred.dim: min(options)}} if options else None
+    attr = "distribution" if pred.kind == "magnitude" else pred.kind
+    choices = {"layout": op.layouts, "dtype": op.dtypes, "distribution": op.distributions}.get(attr)
+    if not choices:
+        return None
+    prefer = {"layout": ("contiguous",), "dtype": ("float32",), "distribution": ("normal", "uniform")}[attr]
+    ordered = [v for v in prefer if v in choices] + [v for v in choices if v not in prefer]
+    for v in ordered:
+        if v == getattr(x.spec, attr):
+            continue
+        probe_spec = _Point(dataclasses.replace(x.spec, **{attr: v}), {})
+        if pred.kind == "magnitude" or pred.test(probe_spec) is False:
+            return {attr: v}
+    return None
 
 
 def _axis_of(case: CaseResult, op: OpConfig, dim: str, shape: tuple[int, ...]) -> int | None:
@@ -522,7 +740,17 @@ def _hint(cond: Predicate, kinds: set[str]) -> str:
     """What a condition usually means, for wrong answers only (errors say what happened instead)."""
     if not kinds <= _NUMERIC:
         return ""
+    if "|" in cond.kind:
+        sides = set(cond.kind.split("|"))
+        if sides == {"above", "magnitude"}:
+            return (
+                f"long {cond.dim} or large values: likely a low-precision accumulator (a sum that stops "
+                "growing once its spacing passes the terms, or overflows)"
+            )
+        return ""
     parts = cond.kind.split("+")
+    if cond.narrowed or (len(parts) > 1 and parts[-1] == "above" and (cond.threshold or 0) <= 1):
+        parts = parts[:1]  # "A and N > 5" only excepts sizes that hide the bug: A says what it is
     # of two conditions, the one on a shape or layout says more about the bug than a set of value kinds
     k = next((p for p in parts if p not in ("distribution", "dtype")), parts[0])
     if k == "magnitude":
@@ -549,6 +777,12 @@ def _hint(cond: Predicate, kinds: set[str]) -> str:
         return "an edge size: likely an empty partition, a division by (n - 1), or a size-1 special case"
     if k == "modulo":
         return f"sizes that are not a multiple of {cond.block} break it: the partial last block"
+    if k == "above" and (cond.threshold or 0) <= 1:
+        # every size but one: no block boundary is involved, only the element that hides the error
+        return (
+            f"{cond.dim} = 1 hides it: a single element often makes the result exact whatever the error (a softmax "
+            "or normalisation over one element)"
+        )
     if k == "above":
         return (
             f"fails once {cond.dim} exceeds {cond.threshold}: state carried across blocks of {cond.dim} is lost "
@@ -627,6 +861,12 @@ def diagnose_cases(
         line = (
             f"{verb} in these cases iff {cond.text} ({len(bad)}/{len(bad)} {noun}, 0/{len(good)} passing{unconfirmed})"
         )
+    elif (disj := find_disjunction(e_bad, e_good) if confirmed and failed else None) is not None:
+        cond = disj
+        line = (
+            f"{verb} iff {cond.text} ({len(bad)}/{len(bad)} {noun}, 0/{len(good)} passing{agree}; each side "
+            "alone fails, and passes once that side is made false)"
+        )
     else:
         necessary = find_necessary(e_bad, e_good)
         if necessary is not None and _hiding_values(necessary[0]) and len(bad) > len(good):
@@ -650,7 +890,8 @@ def diagnose_cases(
             )
             cond = Predicate("always", lambda c: True, 0, kind="always")
         else:
-            open_ = [p.text for p in candidates(e_bad, e_good)[:3]]
+            # values that hide the bug ("distribution != integers") are not where it shows: not worth listing
+            open_ = [p.text for p in candidates(e_bad, e_good) if not _hiding_values(p)][:3]
             tail = f"; open candidates: {'; '.join(open_)}" if open_ else ""
             line = (
                 f"no simple condition found ({len(bad)}/{len(cases)} cases {noun}; not explained by shape, layout, "
@@ -710,6 +951,8 @@ def condition_of(cases: list[CaseResult], probes: list[CaseResult] | None) -> di
     e_bad = bad + [c for c in extra if c.status == want]
     e_good = good + [c for c in extra if c.status == "passed" or (want == "error" and c.status == "failed")]
     cond = find_condition(e_bad, e_good)
+    if cond is None and extra and want == "failed":
+        cond = find_disjunction(e_bad, e_good)
     exact = cond is not None
     if cond is None:
         found = find_necessary(e_bad, e_good)
