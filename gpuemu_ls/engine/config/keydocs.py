@@ -214,7 +214,7 @@ TABLES[("ops",)].update(
     cost='"high": small-scope shapes, as if the op were measured expensive (default "normal").',
 )
 TABLES[("ops", "dims", "*")].update(
-    candidates="The values this dim takes (first = default), instead of min/max.",
+    candidates="The values this dim takes, instead of min/max; default picks the default shape's (else the first).",
     tile="The tile or block size (or sizes) the op splits this dim by: shapes probe around its multiples.",
     block="The same as tile.",
 )
