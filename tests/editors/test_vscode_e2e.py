@@ -61,5 +61,8 @@ def test_vscode_end_to_end() -> None:
     assert proc.returncode == 0 and steps and not failed, "\n".join(failed) or (
         proc.stdout[-6000:] + proc.stderr[-3000:]
     )
-    for shot in ("1-squiggle.png", "2-problems.png", "3-quick-fix.png", "4-repro-tab.png", "5-testing-view.png"):
+    shots = ("0-first-run-problems.png", "1-squiggle.png", "2-problems.png", "3-quick-fix.png", "4-repro-tab.png")
+    shots += ("5-testing-view.png", "6-test-item-at-def.png", "7-failure-peek-diff.png", "8-case-children.png")
+    shots += ("9-debug-profile-why-not.png", "9-toml-completion.png")
+    for shot in shots:
         assert (artifacts / shot).is_file(), shot

@@ -14,5 +14,7 @@
 ---   init_options  mode = 'quick', onSave, onOpen, trusted = true, watch = 'auto' (server-side
 ---                 watcher: Neovim on Linux offers no dynamic didChangeWatchedFiles)
 ---   handlers      gpuemu/opState (per-op state for require('gpuemu').statusline(), failures
----                 echoed) and $/progress (Neovim's handler, then an echoed line)
+---                 echoed), $/progress (Neovim's handler, then an echoed line) and
+---                 workspace/codeLens/refresh (lenses fetched again when a run's results are in;
+---                 declared in capabilities)
 return require('gpuemu').lsp_config()

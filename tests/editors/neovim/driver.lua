@@ -181,10 +181,18 @@ local function main()
   end
   R.statusline = g.statusline(buf)
 
-  -- code lenses (enabled by the plugin, opt-out): the op's status above its def
-  local lensed = wait(20000, function()
-    return #vim.lsp.codelens.get(buf) > 0
-  end)
+  -- code lenses (enabled by the plugin, opt-out): the op's status above its def, refreshed when the run's
+  -- results are in (the server's workspace/codeLens/refresh), not left at "queued"
+  local function lens_done()
+    for _, l in ipairs(vim.lsp.codelens.get(buf)) do
+      local title = l.command and l.command.title or ''
+      if title:find('gpuemu ' .. op .. ':', 1, true) and not title:find('queued', 1, true) and not title:find('running', 1, true) then
+        return true
+      end
+    end
+    return false
+  end
+  local lensed = wait(20000, lens_done)
   R.codelenses = {}
   for _, l in ipairs(vim.lsp.codelens.get(buf)) do
     table.insert(R.codelenses, { line = l.range.start.line, title = l.command and l.command.title or nil })
@@ -366,26 +374,94 @@ local function main()
   R.health = vim.api.nvim_buf_get_lines(0, 0, -1, false)
 end
 
+-- 10. gpuemu.toml completion through vim.lsp.completion: the omnifunc Neovim sets on attach
+--     (vim.lsp.omnifunc, i.e. vim.lsp.completion) on a typed `distributions = ["`, in Insert mode. Insert
+--     mode only runs once this file has returned to the main loop, so this step ends asynchronously:
+--     toml_completion() prepares and feeds the keys, a timer reads the popup menu and then finish() runs.
+local function toml_completion(done)
+  local toml = ws .. '/gpuemu.toml'
+  vim.cmd.edit(vim.fn.fnameescape(toml))
+  local tbuf = vim.api.nvim_get_current_buf()
+  local attached = wait(20000, function()
+    return vim.lsp.get_clients({ name = 'gpuemu', bufnr = tbuf })[1] ~= nil
+  end)
+  R.toml_completion = { attached = attached, filetype = vim.bo[tbuf].filetype, omnifunc = vim.bo[tbuf].omnifunc }
+  if not attached then
+    step('toml_completion', false)
+    return done()
+  end
+  -- a new line in the op's [[ops]] entry, after its name
+  local lines = vim.api.nvim_buf_get_lines(tbuf, 0, -1, false)
+  local at
+  for i, l in ipairs(lines) do
+    if l == string.format('name = "%s"', op) then
+      at = i
+      break
+    end
+  end
+  local typed = 'distributions = ["'
+  vim.api.nvim_buf_set_lines(tbuf, at, at, false, { typed })
+  vim.api.nvim_win_set_cursor(0, { at + 1, 0 })
+  R.toml_completion.line = typed
+  vim.api.nvim_feedkeys(vim.keycode('A<C-x><C-o>'), 'n', false)
+  local timer = assert(vim.uv.new_timer())
+  local started = vim.uv.now()
+  timer:start(
+    100,
+    100,
+    vim.schedule_wrap(function()
+      local info = vim.fn.complete_info({ 'items', 'mode' })
+      local over = vim.uv.now() - started > 20000
+      if not over and not (vim.fn.pumvisible() == 1 and #(info.items or {}) > 0) then
+        return
+      end
+      timer:stop()
+      timer:close()
+      local items = {}
+      for _, it in ipairs(info.items or {}) do
+        local lsp_item = vim.tbl_get(it, 'user_data', 'nvim', 'lsp', 'completion_item') or {}
+        table.insert(items, { word = it.word, abbr = it.abbr, label = lsp_item.label })
+      end
+      R.toml_completion.items = items
+      R.toml_completion.mode = info.mode
+      R.toml_completion.vim_mode = vim.api.nvim_get_mode().mode
+      step('toml_completion', #items > 0)
+      vim.api.nvim_feedkeys(vim.keycode('<C-e><Esc>'), 'n', false)
+      vim.schedule(done)
+    end)
+  )
+end
+
+local function finish()
+  local g_ok, g = pcall(require, 'gpuemu')
+  if g_ok then
+    R.progress_log = clean(g.progress_log)
+    R.statusline_end = g.statusline()
+  end
+  R.messages = vim.fn.execute('messages')
+  R.watch_messages = nil
+  R.elapsed = now_s()
+  local f = assert(io.open(out, 'w'))
+  f:write(vim.json.encode(clean(R)))
+  f:close()
+  -- stop the server politely, then quit
+  for _, c in ipairs(vim.lsp.get_clients({ name = 'gpuemu' })) do
+    c:stop()
+  end
+  vim.wait(3000, function()
+    return #vim.lsp.get_clients({ name = 'gpuemu' }) == 0
+  end, 50)
+  vim.cmd('qa!')
+end
+
 local ok, err = xpcall(main, debug.traceback)
 if not ok then
   table.insert(R.errors, err)
+  finish()
+else
+  local ok2, err2 = xpcall(toml_completion, debug.traceback, finish)
+  if not ok2 then
+    table.insert(R.errors, err2)
+    finish()
+  end
 end
-local g_ok, g = pcall(require, 'gpuemu')
-if g_ok then
-  R.progress_log = clean(g.progress_log)
-  R.statusline_end = g.statusline()
-end
-R.messages = vim.fn.execute('messages')
-R.watch_messages = nil
-R.elapsed = now_s()
-local f = assert(io.open(out, 'w'))
-f:write(vim.json.encode(clean(R)))
-f:close()
--- stop the server politely, then quit
-for _, c in ipairs(vim.lsp.get_clients({ name = 'gpuemu' })) do
-  c:stop()
-end
-vim.wait(3000, function()
-  return #vim.lsp.get_clients({ name = 'gpuemu' }) == 0
-end, 50)
-vim.cmd('qa!')

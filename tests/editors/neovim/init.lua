@@ -11,6 +11,8 @@ vim.opt.shortmess:append('I')
 
 vim.lsp.config('gpuemu', {
   cmd = { server },
-  init_options = { mode = 'quick', iterations = iterations },
+  -- a quiet server: no first run of every op when the workspace opens (runOnOpen, on by default); the
+  -- driver starts each run itself (the open, the save, :GpuemuRun) and waits for that run
+  init_options = { mode = 'quick', iterations = iterations, runOnOpen = 'off' },
 })
 vim.lsp.enable('gpuemu')

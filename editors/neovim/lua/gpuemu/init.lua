@@ -365,8 +365,13 @@ function M.lsp_config()
       -- Neovim on Linux offers no dynamic didChangeWatchedFiles: the server watches by itself
       watch = 'auto',
     },
+    -- the server asks for a code-lens refresh when a run's results are in (Neovim 0.11 neither declares
+    -- nor handles workspace/codeLens/refresh itself): without it a lens would say "queued" until the next
+    -- BufEnter or write
+    capabilities = { workspace = { codeLens = { refreshSupport = true } } },
     handlers = {
       ['gpuemu/opState'] = M.on_op_state,
+      ['workspace/codeLens/refresh'] = M.on_codelens_refresh,
       ['$/progress'] = M.on_progress,
       ['window/showMessage'] = M.on_show_message,
       ['window/showDocument'] = M.on_show_document,
@@ -375,6 +380,22 @@ function M.lsp_config()
       M.on_attach(client, bufnr)
     end,
   }
+end
+
+--- `workspace/codeLens/refresh`: the server's results changed (a run ended); fetch the lenses again for
+--- the buffers of that client (unless `codelens = false`).
+function M.on_codelens_refresh(_, _, ctx)
+  local client = ctx and vim.lsp.get_client_by_id(ctx.client_id)
+  if M.options.codelens and client then
+    vim.schedule(function()
+      for bufnr in pairs(client.attached_buffers or {}) do
+        if vim.api.nvim_buf_is_loaded(bufnr) then
+          pcall(vim.lsp.codelens.refresh, { bufnr = bufnr })
+        end
+      end
+    end)
+  end
+  return vim.NIL
 end
 
 --- On attach: code lenses (unless `codelens = false`) and the stored results of every op (statusline).

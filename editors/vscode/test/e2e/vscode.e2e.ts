@@ -3,6 +3,9 @@
  * driven with playwright-core in headless Chromium, on a copy of examples/buggy.
  *
  * Asserts, with a screenshot of each under the artifacts folder:
+ *   0. a fresh workspace (no stored results) gets results without opening a file: the first run
+ *      (gpuemu.runOnOpen, default quick) validates every op; the Problems panel then holds one problem per
+ *      failing op and kind of failure, on the op's .py (none on gpuemu.toml), each with its [[ops]] entry
  *   1. opening and saving softmax_tail_mask.py puts an error squiggle on `def softmax_tail_mask`
  *   2. the Problems panel lists the failure with seed, dtype and shape
  *   3. the Quick Fix menu offers "Reproduce failure of softmax_tail_mask (seed N)", and choosing it
@@ -10,11 +13,13 @@
  *   4. after "gpuemu: Run All Ops", the Testing view lists every op with pass and fail icons
  *   5. the reproduction opens at its verdict line in a real tab, with a notification offering Run in
  *      Terminal and Debug; Debug without the Python extension says why it cannot
- *   6. clicking the failed op in the Testing view lands on its def; its failure peek has the case line
- *      and an expected/actual diff; failing cases are children with a Reproduce action
+ *   6. the failed op in the Testing view (an item with children: Go to Test from its context menu, as a
+ *      click only expands it) lands on its def; its failure peek (Test: Peek Output) has the case line and
+ *      an expected/actual diff; failing cases are children with a Reproduce action
  *   7. the Debug profile (Test: Debug Test at Cursor) says why it cannot debug without the Python extension
- *   8. .gpuemu/ is hidden from the Explorer; the status bar says what it counts
- *   9. a gpuemu.server.command that does not exist: one message with Install, no ENOENT toast, and the
+ *   8. gpuemu.toml completion offers the `distributions` values
+ *   9. .gpuemu/ is hidden from the Explorer; the status bar says what it counts
+ *  10. a gpuemu.server.command that does not exist: one message with Install, no ENOENT toast, and the
  *      server restarts when the setting is fixed
  *
  * Environment: CODE_SERVER_DIR (install dir of tools/install-code-server.sh), GPUEMU_E2E_SERVER
@@ -161,8 +166,13 @@ async function quickOpen(page: Page, name: string): Promise<void> {
     await page.keyboard.press("Control+P");
     await input.waitFor({ state: "visible", timeout: 10_000 });
     await input.fill(name, { timeout: 5_000 });
-    await page.locator(".quick-input-widget .monaco-list-row", { hasText: name }).first().waitFor({ timeout: 10_000 });
-    await page.keyboard.press("Enter");
+    // the row whose file name is NAME exactly: a recently opened file that merely matches the query (the
+    // reproduction softmax_tail_mask_1238.py for softmax_tail_mask.py) is listed above it
+    const exact = page.locator(".quick-input-widget .monaco-list-row", {
+      has: page.locator(".label-name", { hasText: new RegExp(`^${name.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}$`) }),
+    });
+    await exact.first().waitFor({ timeout: 10_000 });
+    await exact.first().click();
     await page.locator(".tab.active", { hasText: name }).waitFor({ timeout: 20_000 });
   });
 }
@@ -229,6 +239,65 @@ function saveRuns(ws: string): number {
   } catch {
     return 0;
   }
+}
+
+interface Problem {
+  file: string;
+  op: string;
+  code: string;
+  text: string;
+  related: string[];
+}
+
+/** Every row of the Problems panel (tree view). The list is virtual: only rows on screen exist, so the
+ * caller makes the panel tall enough (no scrolling: a hover that opens under the mouse swallows wheel
+ * events). Level 1 rows are files ("1 problems in file X.py of folder ."), level 2 their problems
+ * (message, then source and code: "gpuemu mismatch [Ln 63, Col 5]"), level 3 a problem's related
+ * information ("op NAME in gpuemu.toml at line 28 and character 1 in gpuemu.toml"). */
+async function problemsList(page: Page): Promise<{ problems: Problem[]; files: string[] }> {
+  const panel = page.locator(".markers-panel");
+  await panel.locator(".monaco-list").first().waitFor({ state: "visible", timeout: 20_000 });
+  const rows = new Map<number, { text: string; level: string; aria: string }>();
+  for (const r of await panel.locator(".monaco-list-row").all()) {
+    const index = Number(await r.getAttribute("data-index"));
+    const text = (await r.innerText().catch(() => "")).trim();
+    if (!Number.isFinite(index) || !text) continue;
+    rows.set(index, { text, level: (await r.getAttribute("aria-level")) ?? "", aria: (await r.getAttribute("aria-label")) ?? "" });
+  }
+  const problems: Problem[] = [];
+  const files: string[] = [];
+  let file = "";
+  for (const [, row] of [...rows.entries()].sort((a, b) => a[0] - b[0])) {
+    const text = row.text.replace(/\s+/g, " ");
+    if (row.level === "1") {
+      file = /in file (.+?) of folder /.exec(row.aria)?.[1] ?? row.text.split("\n")[0].trim();
+      files.push(file);
+    } else if (row.level === "2") {
+      const code = /\bgpuemu \(?([\w-]+)\)? ?\[Ln \d+/.exec(text)?.[1] ?? "";
+      problems.push({ file, op: /^([\w.-]+):/.exec(text)?.[1] ?? "", code, text, related: [] });
+    } else if (row.level === "3" && problems.length) {
+      problems[problems.length - 1].related.push(row.aria || text);
+    }
+  }
+  return { problems, files };
+}
+
+/** Set (or clear, with "") the Problems panel's filter. */
+async function filterProblems(page: Page, text: string): Promise<void> {
+  const box = page.getByPlaceholder(/^Filter \(e\.g\. text/).first();
+  await box.waitFor({ state: "visible", timeout: 10_000 });
+  await box.fill(text);
+  await page.waitForTimeout(800);
+}
+
+/** The extension's output channel (the server's window/logMessage lines), from the user-data logs. */
+function serverLog(userData: string): string {
+  const logs = path.join(userData, "logs");
+  let text = "";
+  for (const f of fs.existsSync(logs) ? (fs.readdirSync(logs, { recursive: true }) as string[]) : []) {
+    if (path.basename(f) === "gpuemu-ls.log" || /gpuemu-ls\.log$/.test(f)) text += fs.readFileSync(path.join(logs, f), "utf8");
+  }
+  return text;
 }
 
 /** A fresh user-data-dir: settings for a quiet workbench, the server under test, quick mode. */
@@ -343,6 +412,79 @@ async function main(): Promise<number> {
       return (await page.locator(".statusbar-item", { hasText: "gpuemu" }).first().innerText()).trim();
     });
 
+    await step("a fresh workspace gets results without opening a file (first run); one problem per failing op, on its .py", async () => {
+      // no stored results in the copy, and no file opened: the first run (gpuemu.runOnOpen, default "quick")
+      // validates every op once in the background
+      const toml = fs.readFileSync(path.join(ws, "gpuemu.toml"), "utf8");
+      const ops = [...toml.matchAll(/^\[\[ops\]\]\s*\nname = "([^"]+)"/gm)].map((m) => m[1]);
+      const status = page.locator(".statusbar-item", { hasText: "gpuemu" }).first();
+      const seen: string[] = [];
+      const done = await waitFor(
+        "the first run's verdicts in the status bar",
+        async () => {
+          const text = (await status.innerText()).trim();
+          if (seen[seen.length - 1] !== text) seen.push(text);
+          const m = new RegExp(`gpuemu: (\\d+) of ${ops.length} ops failed`).exec(text);
+          return m ? { failed: Number(m[1]), text } : undefined;
+        },
+        420_000,
+        1000,
+      ).catch((err) => {
+        throw new Error(`${String(err)}; status bar texts seen: ${seen.join(" | ")}`);
+      });
+      const tabs = await page.locator(".tab").count();
+      if (tabs) throw new Error(`${tabs} editor tab(s) open: the results must come without opening a file`);
+      // the server says it was the first run (window/logMessage, in the output channel)
+      const started = /run \d+ started: (\d+) ops \(quick, first run\)/.exec(serverLog(userData));
+      if (!started || Number(started[1]) !== ops.length) throw new Error(`no first run of ${ops.length} ops in the server log`);
+      // Problems: every failure once, on the op's .py, with its gpuemu.toml entry as related information
+      // (a maximized panel in a tall window shows every problem at once: the list renders only what is on screen)
+      await page.keyboard.press("Control+Shift+M");
+      await page.locator(".markers-panel").waitFor({ state: "visible", timeout: 20_000 });
+      await command(page, "View: Toggle Maximized Panel");
+      await page.setViewportSize({ width: 1600, height: 3000 });
+      await page.mouse.move(5, 5);
+      let lastSeen = "";
+      const { problems, files } = await waitFor(
+        "the Problems panel to list the first run's failures",
+        async () => {
+          const got = await problemsList(page);
+          lastSeen = JSON.stringify(got).slice(0, 1500);
+          return new Set(got.problems.map((p) => p.op)).size >= done.failed ? got : undefined;
+        },
+        60_000,
+        1000,
+      )
+        .catch((err) => {
+          throw new Error(`${String(err)}; the panel showed: ${lastSeen}`);
+        })
+        .finally(async () => {
+          await shot(page, "0-first-run-problems.png");
+          await page.setViewportSize({ width: 1600, height: 1000 });
+          await command(page, "View: Toggle Maximized Panel");
+        });
+      const failingOps = new Set(problems.map((p) => p.op));
+      if (failingOps.size !== done.failed) {
+        throw new Error(`${done.failed} ops failed, problems name ${failingOps.size}: ${[...failingOps].join(", ")}`);
+      }
+      if (files.includes("gpuemu.toml") || problems.some((p) => !p.file.endsWith(".py"))) {
+        throw new Error(`a problem outside the ops' .py files: ${files.join(", ")}`);
+      }
+      const keys = problems.map((p) => `${p.op} [${p.code}]`);
+      const twice = keys.filter((k, i) => keys.indexOf(k) !== i);
+      if (twice.length) throw new Error(`shown more than once: ${twice.join(", ")}`);
+      for (const p of problems) {
+        if (!ops.includes(p.op) || /_ok$/.test(p.op)) throw new Error(`a problem of ${p.op}: ${p.text.slice(0, 200)}`);
+        if (!p.code || !p.related.some((r) => r.startsWith(`op ${p.op} in gpuemu.toml at line `) && r.endsWith(" in gpuemu.toml"))) {
+          throw new Error(`no [[ops]] entry as related information: ${p.text.slice(0, 200)} / ${p.related.join(" | ")}`);
+        }
+      }
+      const counter = (await page.locator('[id="status.problems"]').first().innerText()).replace(/\s+/g, " ").trim();
+      if (!new RegExp(`^${problems.length}\\b`).test(counter)) throw new Error(`the status bar counts '${counter}', the panel ${problems.length}`);
+      await page.keyboard.press("Control+Shift+M"); // hide it again
+      return `${done.text} after ${seen.join(" -> ")}; ${problems.length} problems for ${failingOps.size} failing ops in ${files.length} files: ${keys.join(", ")}`;
+    });
+
     const squiggle = await step(`open and save ${FILE}: an error squiggle on def ${OP}`, async () => {
       await quickOpen(page, FILE);
       const editor = page.locator(".editor-instance .monaco-editor").first();
@@ -399,6 +541,8 @@ async function main(): Promise<number> {
       await page.keyboard.press("Control+Shift+M");
       const panel = page.locator(".markers-panel");
       await panel.waitFor({ state: "visible", timeout: 20_000 });
+      // the panel lists every failing op's problem (one each, several lines long): filter to the op's file
+      await filterProblems(page, FILE);
       const row = await waitFor(
         "a Problems entry of softmax_tail_mask with seed, dtype and shape",
         async () => {
@@ -410,7 +554,11 @@ async function main(): Promise<number> {
         },
         60_000,
       );
+      const { problems } = await problemsList(page);
+      const ours = problems.filter((p) => p.op === OP);
+      if (ours.length !== 1 || ours[0].file !== FILE) throw new Error(`${OP} problems: ${JSON.stringify(ours)}`);
       await shot(page, "2-problems.png");
+      await filterProblems(page, "");
       return row.slice(0, 200);
     });
 
@@ -534,26 +682,35 @@ async function main(): Promise<number> {
       const view = page.locator(".test-explorer");
       const row = view.locator(`.monaco-list-row[aria-label^="${OP} ("]`).first();
       await row.waitFor({ timeout: 20_000 });
+      // the op's item has its failing cases as children, so a click only expands it (VS Code opens leaves
+      // on click): "Go to Test" from the item's context menu opens its location
       await row.click();
-      await page.waitForTimeout(1000);
-      if (!(await page.locator(".tab.active", { hasText: FILE }).count())) await row.dblclick();
+      await row.click({ button: "right" });
+      const goTo = page.locator(".monaco-menu .action-label", { hasText: /^Go to Test$/ }).first();
+      await goTo.waitFor({ state: "visible", timeout: 10_000 });
+      await shot(page, "6a-go-to-test-menu.png");
+      await goTo.click();
       await page.locator(".tab.active", { hasText: FILE }).waitFor({ timeout: 20_000 });
       const defLine = defLineOf();
       const at = await waitFor("the cursor on the def line", async () => ((await cursorLine(page)) === defLine ? defLine : undefined), 20_000);
       await shot(page, "6-test-item-at-def.png");
-      // the failure's peek at the def: the case line and the diff editor (expected = reference, actual = op)
-      await command(page, "Test: Go to Next Test Failure");
+      // the failure's peek at the def (Test: Peek Output, the message nearest the cursor): the case line and
+      // the diff editor (expected = reference, actual = op)
+      await command(page, "Test: Peek Output");
       const peek = page.locator(".test-output-peek, .peekview-widget").first();
       await peek.waitFor({ state: "visible", timeout: 20_000 });
       const peekText = await waitFor(
         "the case line in the failure peek",
         async () => {
           const t = (await peek.innerText()).replace(/\s+/g, " ");
-          return /\[mismatch\] seed=\d+ dtype=float32 x=\[\d+, \d+\]/.test(t) ? t : undefined;
+          return /\[mismatch\] seed=\d+ dtype=\w+ x=\[\d+, \d+\]/.test(t) ? t : undefined;
         },
         20_000,
         500,
       );
+      // the peek sits in the op's file, at its def
+      const peekLine = await cursorLine(page);
+      if (Math.abs(peekLine - defLine) > 1) throw new Error(`the peek opened at line ${peekLine}, the def is at ${defLine}`);
       const diff = peek.locator(".monaco-diff-editor").first();
       await diff.waitFor({ state: "visible", timeout: 20_000 });
       const diffText = (await diff.innerText()).replace(/\s+/g, " ");
@@ -569,11 +726,18 @@ async function main(): Promise<number> {
       const row = view.locator(`.monaco-list-row[aria-label^="${OP} ("]`).first();
       await row.waitFor({ timeout: 20_000 });
       if ((await row.getAttribute("aria-expanded")) === "false") await row.locator(".monaco-tl-twistie").click();
-      const caseRow = view.locator('.monaco-list-row[aria-label^="seed "]').first();
+      // a case's row shows its label "seed N" and the case as description; VS Code's aria-label leads with the
+      // description ("float32 x=[15, 9] contiguous boundary (Failed)"), so the rows are found by their label
+      const caseRows = view.locator(".monaco-list-row", { has: page.locator(".label", { hasText: /^seed \d+/ }) });
+      const caseRow = caseRows.first();
       await caseRow.waitFor({ timeout: 20_000 });
-      const cases = await view.locator('.monaco-list-row[aria-label^="seed "]').evaluateAll((els) => els.map((e) => e.getAttribute("aria-label") ?? ""));
-      if (!cases.some((c) => /\(Failed\)/.test(c))) throw new Error(`case children not failed: ${cases.join(" | ")}`);
+      const cases = await caseRows.evaluateAll((els) =>
+        els.map((e) => `${e.querySelector(".label")?.textContent ?? ""} / ${e.getAttribute("aria-label") ?? ""}`),
+      );
+      if (!cases.every((c) => /\(Failed\)/.test(c))) throw new Error(`case children not all failed: ${cases.join(" | ")}`);
+      if (!cases.every((c) => /x=\[\d+, \d+\]/.test(c))) throw new Error(`case children without their case: ${cases.join(" | ")}`);
       const seed = /^seed (\d+)/.exec(cases[0])?.[1];
+      if (!seed) throw new Error(`no seed in ${cases[0]}`);
       await caseRow.hover();
       const action = caseRow.locator('.action-label[aria-label="Reproduce This Case"]');
       await action.waitFor({ state: "visible", timeout: 10_000 });
@@ -593,6 +757,55 @@ async function main(): Promise<number> {
       await shot(page, "9-debug-profile-why-not.png");
       await clearNotifications(page);
       return text.slice(0, 200);
+    });
+
+    await step("gpuemu.toml completion offers the distributions values", async () => {
+      // the engine's list, from the server's own Python
+      const venvPython = path.join(path.dirname(SERVER), "python");
+      const expected = JSON.parse(
+        execFileSync(
+          fs.existsSync(venvPython) ? venvPython : "python3",
+          ["-c", "import json; from gpuemu_ls.engine.config.load import DISTRIBUTIONS; print(json.dumps(list(DISTRIBUTIONS)))"],
+          { encoding: "utf8", timeout: 60_000, cwd: REPO },
+        ),
+      ) as string[];
+      await clearNotifications(page);
+      await quickOpen(page, "gpuemu.toml");
+      const nameLine = fs.readFileSync(path.join(ws, "gpuemu.toml"), "utf8").split("\n").indexOf(`name = "${OP}"`) + 1;
+      await gotoLine(page, nameLine, 1);
+      await page.keyboard.press("End");
+      await page.keyboard.press("Enter");
+      await page.keyboard.type('distributions = ["', { delay: 40 });
+      const widget = page.locator(".editor-widget.suggest-widget");
+      const labels = widget.locator(".monaco-list-row .label-name");
+      await waitFor(
+        "the suggest widget with completions",
+        async () => {
+          if ((await widget.isVisible()) && (await labels.count()) > 0) return true;
+          await page.keyboard.press("Control+Space");
+          await page.waitForTimeout(1500);
+          return undefined;
+        },
+        30_000,
+        500,
+      );
+      await page.waitForTimeout(500);
+      const first = (await labels.allInnerTexts()).map((l) => l.trim());
+      await shot(page, "9-toml-completion.png");
+      // the list is virtual: walk it to see every item
+      const seen = new Set<string>(first);
+      for (let i = 0; i < expected.length + 2; i++) {
+        await page.keyboard.press("ArrowDown");
+        await page.waitForTimeout(80);
+        for (const l of await labels.allInnerTexts()) seen.add(l.trim());
+      }
+      await page.keyboard.press("Escape");
+      await command(page, "File: Revert File");
+      const missing = expected.filter((d) => !seen.has(d));
+      if (missing.length) throw new Error(`not offered: ${missing.join(", ")}; offered: ${[...seen].join(", ")}`);
+      const other = first.filter((l) => !expected.includes(l));
+      if (other.length) throw new Error(`offered besides the distributions: ${other.join(", ")}`);
+      return `${seen.size} items: ${[...seen].join(", ")}`;
     });
 
     await step(".gpuemu/ is hidden from the Explorer", async () => {
