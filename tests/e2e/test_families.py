@@ -104,12 +104,15 @@ def _misbehaving(ops: dict[str, dict[str, Any]], correct: list[str], buggy: list
 DIAGNOSIS_GAPS = {
     "cast_bf16_bug_round_half_up": "exact ties also occur at random in long rows (not necessary, expected.toml)",
     "cast_fp16_bug_round_half_up": "exact ties also occur at random in long rows (not necessary, expected.toml)",
-    "logsumexp_bug_max_pad_zero": "two conditions, hidden on most inputs of both",
 }
 
 
 #: and in quick mode's 16 cases only
-QUICK_DIAGNOSIS_GAPS: dict[str, str] = {}
+QUICK_DIAGNOSIS_GAPS = {
+    # its one failing quick case (float16, large values, N = 1) and the confirmation cases beside it fit
+    # "large and N < 16": short rows of large values are all negative by chance, which no feature names
+    "logsumexp_bug_max_pad_zero": "two conditions, hidden on most inputs of both; 1 of 16 quick cases fails",
+}
 
 
 def _atoms_stated(condition: str, diagnosis: str) -> list[str]:

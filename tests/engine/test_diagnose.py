@@ -526,6 +526,28 @@ def test_a_magnitude_bound_needs_a_gap_in_the_magnitudes_seen(cfg: Config) -> No
     assert "max |input|" not in text, text
 
 
+def test_a_block_condition_narrows_a_value_condition_when_a_case_shows_it(cfg: Config) -> None:
+    # padding that is not the identity: only rows of large negative values show it, and only with a partial block
+    rows = [
+        case(0, "failed", 33, "large", 1e4),
+        case(1, "failed", 100, "large", 1e4),
+        case(2, "failed", 7, "large", 1e4),
+    ]
+    rows += [
+        case(3, "passed", 64, "large", 1e4),
+        case(4, "passed", 128, "large", 1e4),
+        case(5, "passed", 45, "large", 1e4),
+    ]
+    rows += [case(6, "passed", 33), case(7, "passed", 5), case(8, "passed", 17), case(9, "passed", 9)]
+    cases, extra = split([*rows, case(10, "passed", 64, "large", 1e4, probe=True)])  # case 0 with N = 64: passes
+    text = diagnose_cases(cases, cfg.op("rows"), probes=extra)
+    assert text.startswith("fails only if distribution == large and N % 64 != 0 (3/3 failing; 1/8 passing"), text
+    # without a case that changes only N, the run's multiples of 64 may pass for other reasons
+    cases, extra = split([*rows, case(10, "passed", 33, probe=True)])
+    text = diagnose_cases(cases, cfg.op("rows"), probes=extra)
+    assert text.startswith("fails only if distribution == large (3/3 failing;"), text
+
+
 #: a missing 1/sqrt(D) inside a softmax: a single key hides it, and so do scores far from O(1)
 SCALE = [
     case(0, "failed", 5),

@@ -270,25 +270,30 @@ def find_necessary(bad: list[Any], good: list[Any]) -> tuple[Predicate, int] | N
 
 
 def _narrow(atom: Predicate, hits: int, bad: list[Any], good: list[Any]) -> tuple[Predicate, int] | None:
-    """``atom and N > 1`` when a size bound on a dim is necessary too and shown to matter.
+    """``atom and N > 1`` (or ``and N % 64 != 0``) when a condition on a size is necessary too and shown
+    to matter.
 
-    "N % 64 != 0" with N == 1 passing: the one-element row hides the bug. The bound is added only when it
+    "N % 64 != 0" with N == 1 passing: the one-element row hides the bug. The size is added only when it
     excepts at least two passing cases and a confirmation case that meets the atom differs from a failing
     case in that dim alone (it moved the size across the bound), so it is never a coincidence of the
     sizes drawn.
     """
-    best: tuple[Predicate, int] | None = None
+    best: tuple[tuple[int, int, int], Predicate] | None = None
     inside = [c for c in good if _holds(atom, c)]
     necessary = [p for p in _atoms(bad + good, bad) if _necessary(p, bad)]
     for e in necessary:
-        if e.kind not in ("above", "below"):
+        if e.kind not in ("above", "below", "modulo") or (e.kind, e.dim) == (atom.kind, atom.dim):
             continue
         pair = dataclasses.replace(_conj(atom, e), narrowed=True)
         h = _hits(pair, good)
+        # a block before a bound (the simpler reading); of sizes the cases do not tell apart, the weakest
+        # claim: N % 64 before N % 8, N > 1 before N > 32
+        weakest = {"modulo": -(e.block or 0), "above": e.threshold or 0, "below": -(e.threshold or 0)}[e.kind]
+        key = (h, e.rank, weakest)
         # two passing cases excepted at least: one is what a single case that hides the bug would give
-        if h <= hits - 2 and (best is None or h < best[1]) and _flips(e, bad, inside, necessary):
-            best = (pair, h)
-    return best
+        if h <= hits - 2 and (best is None or key < best[0]) and _flips(e, bad, inside, necessary):
+            best = (key, pair)
+    return (best[1], best[0][0]) if best else None
 
 
 #: Kinds a side of "A or B" may have: a size bound, an input magnitude, a layout, dtype or value kind.
