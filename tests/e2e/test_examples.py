@@ -112,7 +112,7 @@ def test_replay_reproduces_and_standalone_repro_runs_without_gpuemu(buggy: dict)
     assert str(buggy["ws"]) not in repro.read_text()  # no absolute user paths
     # run it with python -I (isolated: no site-packages path tricks, no gpuemu on sys.path)
     out = subprocess.run([sys.executable, "-I", str(repro)], capture_output=True, text=True, timeout=120, check=False)
-    assert out.returncode == 1 and "AssertionError" in out.stderr, out.stdout + out.stderr
+    assert out.returncode == 1 and "FAILED: " in out.stdout, out.stdout + out.stderr
 
 
 def test_quickstart_passes_through_the_gate(tmp_path: Path) -> None:

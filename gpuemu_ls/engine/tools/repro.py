@@ -409,7 +409,7 @@ def main():
     if widened:
         print(f"{widened} element(s) judged with the wider bound gpuemu measured for the reference's sensitivity")
     if unjudged:
-        print(f"{unjudged} element(s) out of range (not judged, as by gpuemu)")
+        print(f"{unjudged} element(s) not judged, as by gpuemu (out of range, or a suspect reference)")
     if problems:
         print("FAILED: " + "\\n".join(problems))
         sys.exit(1)
