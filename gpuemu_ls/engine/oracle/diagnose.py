@@ -391,10 +391,10 @@ def find_disjunction(bad: list[Any], good: list[Any]) -> Predicate | None:
     """The simplest "A or B" (see :func:`disjunctions`) whose sides are each shown to matter alone: a
     failing case that meets one side only, and a passing case that differs from it in that side's feature
     alone. Without both such pairs two conditions fit the cases by chance, and none is stated."""
+    rivals = _atoms(bad + good, bad)
     for d, a, b in disjunctions(bad, good):
         only_a = [c for c in bad if _holds(a, c) and not _holds(b, c)]
         only_b = [c for c in bad if _holds(b, c) and not _holds(a, c)]
-        rivals = _atoms(bad + good, bad)
         if _flips(a, only_a, good, rivals) and _flips(b, only_b, good, rivals):
             return d
     return None
