@@ -308,7 +308,6 @@ def cmd_test(args: argparse.Namespace) -> int:
         source="cli",
         command=argv_text(),
         budget=args.budget,
-        default_budget=True,
     )
     if not cfg.ops:
         print(f"{cfg.path}: no [[ops]] to validate", file=sys.stderr)

@@ -96,7 +96,6 @@ def run_gate(config: Config, options: GateOptions, store: Store | None = None) -
         jobs=default_jobs(config, options.jobs),
         time_budget=config.ci.thorough_timeout if thorough else None,
         budget=options.budget,
-        default_budget=True,
         source=options.source,
         command=options.command,
         store=options.store,
