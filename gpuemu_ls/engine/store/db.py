@@ -25,6 +25,7 @@ import resource
 import shutil
 import sqlite3
 import tempfile
+import threading
 import time
 import urllib.parse
 import uuid
@@ -205,9 +206,15 @@ class Store:
         except sqlite3.OperationalError as exc:
             if _errname(exc).startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")) or getattr(self, "db", None) is None:
                 raise
-            # A WAL store in a read-only folder without its -shm: SQLite cannot open it in place.
             self.db.conn.close()
-            if _has_wal(self.path):  # the WAL holds committed rows: read a private copy that replays it
+            if os.access(self.path.parent, os.W_OK):
+                # A writable folder (the -shm not made yet, a writer mid-checkpoint): read through an ordinary
+                # connection that refuses to write. Never immutable here: a writer may change the file while
+                # we read, and an immutable reader in the writer's process breaks the writer's locks.
+                self._connect(str(self.path))
+                self.db.execute("PRAGMA query_only = ON")
+            # A WAL store in a read-only folder without its -shm: SQLite cannot open it in place.
+            elif _has_wal(self.path):  # the WAL holds committed rows: read a private copy that replays it
                 self._copy_dir = tempfile.mkdtemp(prefix="gpuemu-store-")
                 copy = Path(self._copy_dir) / self.path.name
                 shutil.copyfile(self.path, copy)
@@ -808,8 +815,7 @@ def file_problem(path: Path) -> str | None:
     open checks it; damage inside pages shows when they are read, and ``gpuemu store check`` reads them all)."""
     try:
         size = path.stat().st_size
-        with open(path, "rb") as fh:
-            head = fh.read(100)
+        head = _read_header(path)
     except OSError:
         return None  # opening it says why
     if _has_wal(path):
@@ -824,6 +830,31 @@ def file_problem(path: Path) -> str | None:
     if head[24:28] == head[92:96] and pages and size < pages * page_size:
         return f"truncated: {size} bytes where its header says {pages * page_size}"
     return None
+
+
+#: One read-only descriptor per store file (device, inode) this process has looked at, never closed: closing
+#: any descriptor of a database file releases every POSIX lock the process holds on it, including those of
+#: SQLite connections open in other threads (sqlite.org/howtocorrupt.html, 2.2.1), which corrupts the store
+#: when a writer is mid-transaction. The server reads and writes one store from several threads.
+_HEADER_FDS: dict[tuple[int, int], int] = {}
+_HEADER_LOCK = threading.Lock()
+
+
+def _read_header(path: Path) -> bytes:
+    """The first 100 bytes of ``path``, read without ever closing a descriptor of it (see _HEADER_FDS)."""
+    st = path.stat()
+    key = (st.st_dev, st.st_ino)
+    with _HEADER_LOCK:
+        fd = _HEADER_FDS.get(key)
+        if fd is None:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            if os.fstat(fd).st_ino != st.st_ino:  # replaced in between: read it, keep nothing
+                try:
+                    return os.pread(fd, 100, 0)
+                finally:
+                    _HEADER_FDS[(os.fstat(fd).st_dev, os.fstat(fd).st_ino)] = fd
+            _HEADER_FDS[key] = fd
+        return os.pread(fd, 100, 0)
 
 
 def wal_path(path: Path) -> Path:
