@@ -382,6 +382,9 @@ CAPS = lsp.ClientCapabilities(
         hover=lsp.HoverClientCapabilities(content_format=[lsp.MarkupKind.Markdown]),
         code_action=lsp.CodeActionClientCapabilities(),
         code_lens=lsp.CodeLensClientCapabilities(),
+        completion=lsp.CompletionClientCapabilities(),
+        definition=lsp.DefinitionClientCapabilities(),
+        document_symbol=lsp.DocumentSymbolClientCapabilities(hierarchical_document_symbol_support=True),
     ),
     workspace=lsp.WorkspaceClientCapabilities(workspace_folders=True, configuration=False),
 )

@@ -504,6 +504,7 @@ def handled_requests() -> tuple[set[str], set[str]]:
     from gpuemu_ls.server import _register_optional_features, create_server
 
     server = create_server()
+    server.protocol.client_capabilities = relkit.CAPS  # the client the live servers of this suite have
     _register_optional_features(server)  # default options: every optional feature
     fm = server.protocol.fm
     requests = set()

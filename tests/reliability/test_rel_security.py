@@ -338,7 +338,8 @@ async def test_hover_shows_stored_text_as_text_never_as_markup(tmp_path: Path) -
         for what, needle in (("op", 'name = "evil"'), ("kernel", 'name = "k"')):
             got = await client.text_document_hover_async(
                 lsp.HoverParams(
-                    lsp.TextDocumentIdentifier(toml.resolve().as_uri()), lsp.Position(relkit.line_of(toml, needle), 0)
+                    lsp.TextDocumentIdentifier(toml.resolve().as_uri()),
+                    lsp.Position(relkit.line_of(toml, needle) - 1, 0),  # line_of is 1-based
                 )
             )
             assert got is not None and got.contents.kind == lsp.MarkupKind.Markdown, what
@@ -354,7 +355,9 @@ async def test_hover_shows_stored_text_as_text_never_as_markup(tmp_path: Path) -
             assert syntax not in live, f"{what} hover: {syntax!r} is live markup in\n{text}"
         assert not re.search(r"<[A-Za-z/!?]", live), f"{what} hover: a live tag or autolink in\n{text}"
         words = literal_text(text)
-        for piece in ("command:workbench.action.terminal.new", "https://evil.example/p.png", "<img src=", "| col |"):
+        pieces = ("command:workbench.action.terminal.new", "https://evil.example/p.png", "<img src=", "| col |")
+        # the op hover quotes the error as its diagnosis does: the message's first line, shortened
+        for piece in pieces[:3] if what == "op" else pieces:
             assert piece in words, f"{what} hover lost {piece!r}:\n{text}"
         relkit.record("security", cases=1)
     # the kernel's table keeps its two columns: a stored "|" does not add cells

@@ -73,7 +73,9 @@ def _make_folder(folder: Path) -> None:
     except FileExistsError:
         return
     try:
-        (folder / ".gitignore").write_text("*\n", encoding="utf-8")
+        fd = os.open(folder / ".gitignore", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # owner-only, like the rest
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write("*\n")
     except OSError:  # a folder it cannot write into fails below, with the store's own message
         pass
 
