@@ -95,6 +95,13 @@ def shell(script: str, cwd: Path, timeout: float = 600, **extra: str) -> subproc
     )
 
 
+def standalone(python: Path, script: Path, cwd: Path) -> subprocess.CompletedProcess:
+    """Run a standalone reproduction the way a colleague would: isolated interpreter, another folder."""
+    return subprocess.run(
+        [str(python), "-I", str(script)], cwd=cwd, capture_output=True, text=True, timeout=300, check=False
+    )
+
+
 def out(proc: subprocess.CompletedProcess) -> str:
     """stdout and stderr tails, for assertion messages."""
     return f"rc={proc.returncode}\n--- stdout\n{proc.stdout[-4000:]}\n--- stderr\n{proc.stderr[-4000:]}"

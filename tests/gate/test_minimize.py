@@ -5,7 +5,6 @@ kernel is fixed."""
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ from gatekit import (
     numel,
     op_table,
     out,
+    standalone,
     swap_module,
     write_files,
 )
@@ -38,13 +38,6 @@ def _in_schema(value: int, spec) -> bool:
     if isinstance(spec, int):
         return value == spec
     return spec["min"] <= value <= spec["max"]
-
-
-def _standalone(python: Path, script: Path, cwd: Path) -> subprocess.CompletedProcess:
-    """Run a reproduction the way a colleague would: isolated interpreter, another folder."""
-    return subprocess.run(
-        [str(python), "-I", str(script)], cwd=cwd, capture_output=True, text=True, timeout=300, check=False
-    )
 
 
 @pytest.mark.parametrize("op", BUGGY_OPS)
@@ -94,7 +87,7 @@ def test_minimize_every_bug_class(op: str, tmp_path: Path, bare_python: Path) ->
     assert "gpuemu_ls" not in text.replace("written by gpuemu-ls", "")
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    alone = _standalone(bare_python, script, elsewhere)
+    alone = standalone(bare_python, script, elsewhere)
     assert alone.returncode == 1 and "FAILED: " in alone.stdout, out(alone)
     assert "ModuleNotFoundError" not in alone.stderr
 
@@ -103,7 +96,7 @@ def test_minimize_every_bug_class(op: str, tmp_path: Path, bare_python: Path) ->
     module_file = fixed / (op_table(ws, op)["module"].split(":")[0] + ".py")
     with module_file.open("a", encoding="utf-8") as fh:
         fh.write(f"\n\n{op} = {op}_ok  # fixed\n")
-    passed = _standalone(bare_python, fixed / ".gpuemu" / "repro" / script.name, elsewhere)
+    passed = standalone(bare_python, fixed / ".gpuemu" / "repro" / script.name, elsewhere)
     assert passed.returncode == 0 and "PASSED" in passed.stdout, out(passed)
 
     # point the op at its twin in gpuemu.toml: the minimized case passes, so does its new reproduction
@@ -111,7 +104,7 @@ def test_minimize_every_bug_class(op: str, tmp_path: Path, bare_python: Path) ->
     swap_module(twin, op, op_table(ws, f"{op}_ok")["module"])
     rep = gpuemu("reproduce", "--op", op, "--seed", str(seed), "--minimized", cwd=twin)
     assert rep.returncode == 0 and "PASSED" in rep.stdout, out(rep)
-    passed = _standalone(bare_python, twin / ".gpuemu" / "repro" / script.name, elsewhere)
+    passed = standalone(bare_python, twin / ".gpuemu" / "repro" / script.name, elsewhere)
     assert passed.returncode == 0 and "PASSED" in passed.stdout, out(passed)
 
 

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from gatekit import copy_example, gpuemu, jdoc, out, write_files
+from gatekit import copy_example, gpuemu, jdoc, out, standalone, write_files
 
 #: families where a correct float32 kernel needs the measured-sensitivity slack or hits out-of-range
 #: elements on some cases (reductions over long rows, huge magnitudes), with a buggy twin of each
@@ -22,12 +22,6 @@ TWINS = {
     "cross_entropy": "cross_entropy_bug_no_max",
 }
 SEEDS = 10
-
-
-def _standalone(python: Path, script: Path, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [str(python), "-I", str(script)], cwd=cwd, capture_output=True, text=True, timeout=300, check=False
-    )
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +40,7 @@ def test_reproductions_agree_with_gpuemu_case_by_case(
             info = jdoc(proc)
             case = info["case"]
             script = Path(info["repro"])
-            ran = _standalone(bare_python, script, tmp_path)
+            ran = standalone(bare_python, script, tmp_path)
             verdict = "passed" if case["status"] == "passed" else "failed"
             assert ran.returncode == (0 if verdict == "passed" else 1), (op, seed, case["message"], ran.stdout)
             if op == good:
@@ -72,7 +66,7 @@ def test_reproductions_say_what_they_import_and_exit_2_without_it(tmp_path: Path
         assert f"{lead} the workspace's layernorm:layernorm and layernorm:reference" in head, (dtype, head)
     # the op's module cannot be imported: exit 2, "cannot run", not 1
     (ws / "layernorm.py").rename(ws / "moved.py")
-    ran = _standalone(bare_python, heads["float32"][0], tmp_path)
+    ran = standalone(bare_python, heads["float32"][0], tmp_path)
     assert ran.returncode == 2 and "cannot run this reproduction" in ran.stderr, ran.stdout + ran.stderr
 
 

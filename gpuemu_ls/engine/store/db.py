@@ -845,17 +845,12 @@ _HEADER_LOCK = threading.Lock()
 def _read_header(path: Path) -> bytes:
     """The first 100 bytes of ``path``, read without ever closing a descriptor of it (see _HEADER_FDS)."""
     st = path.stat()
-    key = (st.st_dev, st.st_ino)
     with _HEADER_LOCK:
-        fd = _HEADER_FDS.get(key)
+        fd = _HEADER_FDS.get((st.st_dev, st.st_ino))
         if fd is None:
             fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-            if os.fstat(fd).st_ino != st.st_ino:  # replaced in between: read it, keep nothing
-                try:
-                    return os.pread(fd, 100, 0)
-                finally:
-                    _HEADER_FDS[(os.fstat(fd).st_dev, os.fstat(fd).st_ino)] = fd
-            _HEADER_FDS[key] = fd
+            opened = os.fstat(fd)  # the file actually opened (it may have been replaced since the stat)
+            _HEADER_FDS.setdefault((opened.st_dev, opened.st_ino), fd)  # a second one just stays open
         return os.pread(fd, 100, 0)
 
 
