@@ -29,6 +29,19 @@ BUGGY = {
 }
 #: every condition above is confirmed by targeted cases, never guessed from the run alone
 CONFIRMED = "confirmation case(s) agree"
+#: op -> what its quick diagnosis must state (any one of them): the true condition, which 16 cases may only
+#: show as necessary ("fails only if ...: the bug hides on some inputs"), never a condition that is not it
+QUICK = {
+    "softmax_tail_mask": ("N % 128 != 0",),
+    "matmul_acc_overwrite": ("K > 32",),
+    "softmax_online_rescale": ("only if N > 6", "iff N > 6"),
+    "attention_missing_scale": ("S > 1",),
+    "rowscale_strides": ("layout != contiguous",),
+    "softmax_no_max": ("large", "max |input| >="),
+    "rmsnorm_fp16_acc": ("fails only if N > ",),  # long rows or large values; a necessary bound at least
+    "masked_softmax_nan": ("iff an input row is wholly -inf", "iff distribution == masked_rows"),
+    "variance_empty_split": ("N == 1",),
+}
 
 
 def gpuemu(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -65,14 +78,22 @@ def test_bug_is_caught_and_twin_passes(buggy: dict, op: str) -> None:
 @pytest.mark.parametrize("seed", [1000, 5000, 9000])
 def test_quick_mode_catches_every_bug_too(tmp_path: Path, seed: int) -> None:
     """What the editor runs on save and a pull request's gate: 16 float32 cases of default and boundary
-    shapes still catch every bug (size-1 and largest dims included) and pass every twin, whatever the seed."""
+    shapes still catch every bug (size-1 and largest dims included) and pass every twin, whatever the seed,
+    and each diagnosis states the true condition (or a necessary part of it), confirmed."""
     ws = tmp_path / "buggy"
     shutil.copytree(EXAMPLES / "buggy", ws, ignore=shutil.ignore_patterns(".gpuemu"))
     proc = gpuemu("test", "--quick", "--seed", str(seed), "--format", "json", cwd=ws)
     assert proc.returncode == 1, proc.stderr
-    status = {e["name"]: e["status"] for e in json.loads(proc.stdout)["ops"]}
+    ops = {e["name"]: e for e in json.loads(proc.stdout)["ops"]}
+    status = {name: e["status"] for name, e in ops.items()}
     assert {op: status[op] for op in BUGGY} == dict.fromkeys(BUGGY, "failed")
     assert {f"{op}_ok": status[f"{op}_ok"] for op in BUGGY} == {f"{op}_ok": "passed" for op in BUGGY}
+    wrong = [
+        f"{op}: {ops[op]['diagnosis']}"
+        for op, stated in QUICK.items()
+        if not any(s in ops[op]["diagnosis"] for s in stated) or CONFIRMED not in ops[op]["diagnosis"]
+    ]
+    assert not wrong, "quick diagnoses that miss the true condition:\n" + "\n".join(wrong)
 
 
 @pytest.mark.parametrize("op", sorted(BUGGY))

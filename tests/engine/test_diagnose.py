@@ -97,6 +97,34 @@ B = 3
 N = { min = 1, max = 1024, default = 128 }
 
 [[ops]]
+name = "cast"
+module = "diag_ops:cast_half_up"
+reference = "diag_ops:cast_ref"
+layouts = ["contiguous"]
+distributions = ["normal", "ties"]
+output_dtype = "bfloat16"
+[ops.inputs.x]
+shape = ["B", "N"]
+dtype = "float32"
+[ops.dims]
+B = { min = 1, max = 64, default = 8 }
+N = { min = 1, max = 4096, default = 64 }
+[ops.tolerances]
+bfloat16 = { ulp = 0 }  # a cast is right only if it is the correctly rounded value
+
+[[ops]]
+name = "lse"
+module = "diag_ops:lse_max_from_zero"
+reference = "diag_ops:lse_ref"
+layouts = ["contiguous"]
+distributions = ["normal", "large"]
+[ops.inputs.x]
+shape = ["B", "N"]
+[ops.dims]
+B = { min = 1, max = 8, default = 2 }
+N = { min = 1, max = 64, default = 8 }
+
+[[ops]]
 name = "masked"
 module = "diag_ops:softmax_plain"
 reference = "diag_ops:masked_softmax_ref"
@@ -155,6 +183,32 @@ def softmax_pad_zero(x):
     e = np.exp(xf - m)
     s = e.sum(axis=-1, keepdims=True) + pad * np.exp(-m)
     return (e / s).astype(x.dtype)
+
+
+def cast_ref(x):
+    import ml_dtypes
+
+    return np.asarray(x, dtype=np.float32).astype(ml_dtypes.bfloat16)
+
+
+def cast_half_up(x):
+    import ml_dtypes
+
+    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    out = ((bits + np.uint32(0x8000)) >> np.uint32(16)).astype(np.uint16)  # ties away from zero
+    return out.view(ml_dtypes.bfloat16)
+
+
+def lse_ref(x):
+    m = x.max(axis=-1, keepdims=True)
+    return (m + np.log(np.exp(x - m).sum(axis=-1, keepdims=True)))[..., 0]
+
+
+def lse_max_from_zero(x):
+    xf = np.asarray(x, dtype=np.float32)
+    m = np.maximum(xf.max(axis=-1, keepdims=True), 0)  # the running max starts at 0, not -inf
+    with np.errstate(divide="ignore"):
+        return (m + np.log(np.exp(xf - m).sum(axis=-1, keepdims=True)))[..., 0].astype(x.dtype)
 
 
 def ignores_strides(x):
@@ -577,3 +631,77 @@ def test_where_few_cases_fail_a_condition_on_where_it_shows_beats_values_that_hi
     cases, extra = split([*SCALE, case(20, "failed", 1, probe=True), case(21, "failed", 2, probe=True)])
     text = diagnose_cases(cases, cfg.op("rows"), probes=extra)
     assert "N > 1" not in text, text
+
+
+def test_a_rounding_bug_is_named_by_the_ties_it_gets_wrong(cfg: Config) -> None:
+    """Half-up rounding fails only on exact ties whose nearest even lies toward zero: the `ties` values, and
+    long rows of ordinary values now and then. No size or distribution says that; what the inputs held does."""
+    op = cfg.op("cast")
+    specs = [spec_for(op, i, dims={"B": 64, "N": n}) for i, n in enumerate([4096, 4096, 2048, 4096])]
+    specs += [spec_for(op, 10 + i, dims={"B": b, "N": n}) for i, (b, n) in enumerate([(1, 7), (2, 33), (8, 64)])]
+    specs += [spec_for(op, 20 + i, distribution="ties", dims={"B": 4, "N": n}) for i, n in enumerate([16, 64, 5])]
+    cases = run_all(cfg, "cast", specs)
+    held = [bool(c.features["input_ties_down"]) for c in cases]
+    assert [c.status == "failed" for c in cases] == held, [(c.status, c.features) for c in cases]
+    assert any(held) and not all(held)
+    text = diagnosed(cfg, "cast", cases)
+    assert "iff the input holds bfloat16 ties that nearest-even rounds toward zero" in text, text
+    assert "rounded away from zero instead of to nearest even" in text
+    assert "N >" not in text.split(";")[0], text
+
+
+def test_a_max_started_at_zero_is_named_by_the_rows_wholly_below_it(cfg: Config) -> None:
+    """A logsumexp whose running max starts at 0 is exact on ordinary rows (any shift is), and underflows to
+    -inf on a row whose values all lie far below 0: large values, short rows, negative by chance."""
+    op = cfg.op("lse")
+    specs = [spec_for(op, i, distribution="large", dims={"B": 1 + i % 3, "N": 1 + i % 2}) for i in range(12)]
+    specs += [spec_for(op, 100 + i, dims={"N": n}) for i, n in enumerate([1, 2, 8, 64])]
+    cases = run_all(cfg, "lse", specs)
+    low = [c.features["row_max_min"] < -100 for c in cases]
+    assert [c.status == "failed" for c in cases] == low, [(c.status, c.features["row_max_min"]) for c in cases]
+    assert any(low) and not all(low)
+    text = diagnosed(cfg, "lse", cases)
+    assert re.search(r"iff an input row lies wholly below -\d+ ", text), text
+    assert "a running max started at 0" in text
+
+
+@pytest.mark.parametrize(
+    ("values", "dtype", "down", "up"),
+    [
+        ([1 + 2**-8, 1 + 3 * 2**-8, -(1 + 2**-8), 0.5 + 2**-9], "bfloat16", 3, 1),
+        ([1 + 2**-9, 1 + 2**-8 + 2**-20, 2 - 2**-9, 1.0], "bfloat16", 0, 0),  # near ties, exact values
+        ([1 + 2**-11, 1 + 3 * 2**-11, 65520.0, float("nan"), float("inf")], "float16", 1, 1),  # 65520: overflows
+        ([2**-25, 3 * 2**-25, 2**-26], "float16", 1, 1),  # the subnormal quantum is 2**-24
+    ],
+)
+def test_ties_are_counted_by_the_way_nearest_even_rounds_them(values: list[float], dtype: str, down: int, up: int):
+    import numpy as np
+
+    from gpuemu_ls.engine.oracle.features import count_ties
+
+    assert count_ties(np.array(values, dtype=np.float32), dtype) == (down, up)
+    assert count_ties(np.array(values, dtype=np.float64), dtype) == (down, up)  # every value exact in float64
+
+
+def test_tie_counts_match_the_definition_on_random_and_tied_values() -> None:
+    """The low-bit prefilter drops no tie: the same counts as the definition applied to every value."""
+    import ml_dtypes
+    import numpy as np
+
+    from gpuemu_ls.engine import dtypes as dt
+    from gpuemu_ls.engine.oracle.features import count_ties
+
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal(200_000).astype(np.float32) * np.float32(2.0) ** rng.integers(-140, 120, 200_000)
+    for dtype, target in (("bfloat16", ml_dtypes.bfloat16), ("float16", np.float16)):
+        lo = rng.standard_normal(2000).astype(target).astype(np.float64)
+        hi = np.nextafter(lo.astype(target), np.array(np.inf, dtype=target)).astype(np.float64)
+        vals = np.concatenate([x, ((lo + hi) / 2).astype(np.float32)])
+        with np.errstate(over="ignore", invalid="ignore"):
+            r = dt.round_to(vals, dtype).astype(np.float64)
+            other = r + 2 * (vals.astype(np.float64) - r)
+            tie = (vals != r) & np.isfinite(other) & (dt.round_to(other, dtype).astype(np.float64) == other)
+        tie &= np.isfinite(r)
+        down = int((tie & (np.abs(r) < np.abs(vals))).sum())
+        assert count_ties(vals, dtype) == (down, int(tie.sum()) - down)
+        assert down > 500 and int(tie.sum()) - down > 500

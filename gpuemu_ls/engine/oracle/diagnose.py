@@ -150,6 +150,52 @@ def _atoms(cases: list[Any], bad: list[Any]) -> list[Predicate]:
                 return None if m is None else m >= t
 
             preds.append(Predicate(f"max |input| >= {t}", big, 3, threshold=t, kind="magnitude"))
+    return preds + _value_atoms(cases)
+
+
+def _feature_of(c: Any, key: str) -> float | None:
+    v = (c.features or {}).get(key)
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _value_atoms(cases: list[Any]) -> list[Predicate]:
+    """Conditions on what the inputs held, for bugs that random values trigger only now and then: exact
+    ties of a narrower output dtype (a rounding bug), a row wholly below -t (a max started at 0), a row
+    wholly -inf (a fully masked row)."""
+    preds: list[Predicate] = []
+    for key, way in (("input_ties_down", "toward"), ("input_ties_up", "away from")):
+        ties = [(c, n) for c in cases if (n := _feature_of(c, key)) is not None]
+        if any(n > 0 for _, n in ties) and any(n == 0 for _, n in ties):
+            dtype = next(str(c.features.get("ties_dtype")) for c, n in ties if n > 0)
+
+            def tied(c: Any, key: str = key) -> bool | None:
+                n = _feature_of(c, key)
+                return None if n is None else n > 0
+
+            text = f"the input holds {dtype} ties that nearest-even rounds {way} zero"
+            preds.append(Predicate(text, tied, 3, kind="ties", threshold=0 if way == "toward" else 1))
+    masked = [n for c in cases if (n := _feature_of(c, "masked_input_rows")) is not None]
+    if any(n > 0 for n in masked) and any(n == 0 for n in masked):
+
+        def masked_row(c: Any) -> bool | None:
+            n = _feature_of(c, "masked_input_rows")
+            return None if n is None else n > 0
+
+        preds.append(Predicate("an input row is wholly -inf", masked_row, 3, kind="masked_row"))
+    lows = sorted({-m for c in cases if (m := _feature_of(c, "row_max_min")) is not None and m < 0})
+    seen = [m for c in cases if (m := _feature_of(c, "row_max_min")) is not None]
+    if lows and len(seen) >= 2:
+        depth = sorted({-m if m < 0 else 0.0 for m in seen})
+        for k in sorted({int(m).bit_length() for m in lows if m >= 1}):
+            t = 1 << k
+            if t <= 4 or not _magnitude_gap(depth, t):
+                continue
+
+            def sunk(c: Any, t: int = t) -> bool | None:
+                m = _feature_of(c, "row_max_min")
+                return None if m is None else m <= -t
+
+            preds.append(Predicate(f"an input row lies wholly below -{t}", sunk, 3, threshold=t, kind="low_row"))
     return preds
 
 
@@ -296,6 +342,8 @@ def _narrow(atom: Predicate, hits: int, bad: list[Any], good: list[Any]) -> tupl
     return (best[1], best[0][0]) if best else None
 
 
+#: Conditions on the input values rather than the case's parameters: a confirmation case changes the distribution.
+VALUE_KINDS = ("magnitude", "ties", "low_row", "masked_row")
 #: Kinds a side of "A or B" may have: a size bound, an input magnitude, a layout, dtype or value kind.
 DISJUNCT_KINDS = ("above", "below", "magnitude", "layout", "dtype", "distribution")
 
@@ -304,7 +352,7 @@ def _feature(pred: Predicate) -> str | None:
     """The one case feature a single condition reads (``dims.N``, ``layout``, ...); magnitudes are values."""
     if pred.kind in ("layout", "dtype", "distribution"):
         return pred.kind
-    if pred.kind == "magnitude":
+    if pred.kind in VALUE_KINDS:
         return "distribution"
     if pred.kind in ("equal", "modulo", "above", "below") and pred.dim:
         return f"dims.{pred.dim}"
@@ -611,7 +659,7 @@ def _side_change(pred: Predicate, x: CaseResult, op: OpConfig) -> dict[str, Any]
             return {"dims": {pred.dim: max(options)}} if options else None
         options = [v for v in values if v >= t]
         return {"dims": {pred.dim: min(options)}} if options else None
-    attr = "distribution" if pred.kind == "magnitude" else pred.kind
+    attr = "distribution" if pred.kind in VALUE_KINDS else pred.kind
     choices = {"layout": op.layouts, "dtype": op.dtypes, "distribution": op.distributions}.get(attr)
     if not choices:
         return None
@@ -621,7 +669,7 @@ def _side_change(pred: Predicate, x: CaseResult, op: OpConfig) -> dict[str, Any]
         if v == getattr(x.spec, attr):
             continue
         probe_spec = _Point(dataclasses.replace(x.spec, **{attr: v}), {})
-        if pred.kind == "magnitude" or pred.test(probe_spec) is False:
+        if pred.kind in VALUE_KINDS or pred.test(probe_spec) is False:
             return {attr: v}
     return None
 
@@ -760,6 +808,17 @@ def _hint(cond: Predicate, kinds: set[str]) -> str:
     k = next((p for p in parts if p not in ("distribution", "dtype")), parts[0])
     if k == "magnitude":
         return "overflow at large magnitudes: likely no max-subtraction, or an fp16 intermediate"
+    if k == "ties" and (cond.threshold or 0) == 0:
+        return "exact ties rounded away from zero instead of to nearest even (round-half-up on the bits)"
+    if k == "ties":
+        return "exact ties rounded toward zero instead of to nearest even (the discarded half truncated)"
+    if k == "masked_row":
+        return "fully masked (-inf) rows break it: likely NaN from 0/0"
+    if k == "low_row":
+        return (
+            f"rows whose values all lie below -{cond.threshold} break it: likely a running max started at 0, or a "
+            "tail padded with 0 instead of -inf"
+        )
     if k == "always":
         return "wrong on every input: a systematic error (missing scale, wrong constant or formula)"
     if k == "layout":
@@ -908,7 +967,8 @@ def diagnose_cases(
         # a half-precision case shows only part of a row)
         parts += _location(failed + [c for c in extra if c.status == "failed"], op, cond)
         hint = _hint(cond, kinds) if cond is not None else ""
-        if hint and not any(hint.split(":")[0] in n for n in parts[1:]):
+        # the location may already say it ("... entirely -inf: likely NaN from 0/0 ..."): once is enough
+        if hint and not any(hint.split(":")[0] in n or hint.split(": ")[-1] in n for n in parts[1:]):
             parts.append(hint)
     else:
         parts.append(_error_summary(errors, root))

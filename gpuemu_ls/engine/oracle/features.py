@@ -1,7 +1,8 @@
-"""Where a failing output's errors lie, in a form small enough to store with every failure.
+"""Where a failing output's errors lie, and what the case's inputs held, in a form small enough to store
+with every failure.
 
-Diagnosis (is it the tail tile? rows that hold -inf?) and the editor's heatmap read these features
-instead of the full mismatch mask.
+Diagnosis (is it the tail tile? rows that hold -inf? inputs exactly halfway between two output values?)
+and the editor's heatmap read these features instead of the full mismatch mask or the inputs.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import dtypes as dt
 from ..config.load import OpConfig
 from .compare import Comparison
 
@@ -80,3 +82,77 @@ def heatmap(mask: np.ndarray) -> list[list[float]]:
             row.append(round(float(cell.mean()), 3) if cell.size else 0.0)
         grid.append(row)
     return grid
+
+
+def input_features(inputs: dict[str, np.ndarray], output_dtype: str) -> dict[str, Any]:
+    """Value facts about a case's inputs that decide bugs random values trigger only now and then.
+
+    ``input_ties_down``/``input_ties_up`` (with ``ties_dtype``): how many input elements lie exactly halfway
+    between two neighbours of a narrower output dtype, where a rounding bug (half away from zero instead of
+    to nearest even) shows, by the way nearest-even rounds them; only for inputs wider than the output.
+    ``row_max_min``: the lowest row maximum over the finite values of the float inputs (last axis): a row
+    wholly below some -t is what a running max started at 0, or a tail padded with 0 instead of -inf, gets
+    wrong. ``masked_input_rows``: rows wholly -inf (fully masked), where a softmax divides 0 by 0.
+    """
+    feats: dict[str, Any] = {}
+    out_info = dt.FLOAT_INFO.get(output_dtype)
+    lowest: float | None = None
+    for arr in inputs.values():
+        if not (arr.dtype.kind == "f" or arr.dtype.name == "bfloat16") or arr.size == 0:
+            continue
+        wider = dt.FLOAT_INFO.get(dt.dtype_name(arr.dtype))
+        if out_info is not None and wider is not None and wider.precision > out_info.precision:
+            down, up = count_ties(arr, output_dtype)
+            feats["input_ties_down"] = feats.get("input_ties_down", 0) + down
+            feats["input_ties_up"] = feats.get("input_ties_up", 0) + up
+            feats["ties_dtype"] = output_dtype
+        if arr.ndim >= 1 and arr.shape[-1] > 0:
+            # float32 holds every 16-bit value exactly, and numpy reduces it far faster than bfloat16
+            a = arr if arr.dtype.itemsize >= 4 else np.asarray(arr, dtype=np.float32)
+            flat = a.reshape(-1, a.shape[-1])
+            feats["masked_input_rows"] = feats.get("masked_input_rows", 0) + int(np.all(flat == -np.inf, axis=1).sum())
+            rows = np.where(np.isfinite(flat), flat, -np.inf).max(axis=1)
+            rows = rows[np.isfinite(rows)]
+            if rows.size:
+                low = float(rows.min())
+                lowest = low if lowest is None else min(lowest, low)
+    if lowest is not None:
+        feats["row_max_min"] = lowest
+    return feats
+
+
+_BITS = {4: (np.uint32, 24), 8: (np.uint64, 53)}
+
+
+def count_ties(values: np.ndarray, dtype: str) -> tuple[int, int]:
+    """Finite values exactly halfway between two finite neighbours in ``dtype``: how many of them
+    round-to-nearest-even takes toward zero, and how many away from it.
+
+    A wrong rounding rule differs from nearest-even on one of the two kinds only (half away from zero on
+    the first, ties truncated on the second), so the kind a bug fails on names the rule. With r the nearest
+    value in ``dtype`` and d = x - r, x is a tie iff d != 0 and r + 2d is in ``dtype`` too: otherwise r + 2d
+    falls strictly between r and r's other neighbour (also across a binade edge, since |d| is under half the
+    spacing on x's side). Every step is exact in float64. For float32 and float64 inputs only the values
+    whose low bits are 100...0 or 0...0 (a tie in the normal range, or in the subnormal range) are tried.
+    """
+    x = np.asarray(values).ravel()
+    info = dt.FLOAT_INFO[dtype]
+    if x.dtype.kind == "f" and x.dtype.itemsize in _BITS:
+        uint, precision = _BITS[x.dtype.itemsize]
+        low = precision - info.precision  # significand bits the target drops in its normal range
+        if low > 0:
+            bits = np.ascontiguousarray(x).view(uint) & uint((1 << low) - 1)
+            x = x[(bits == 0) | (bits == uint(1 << (low - 1)))]
+    with np.errstate(invalid="ignore"):
+        x = np.asarray(x, dtype=np.float64)
+    x = x[np.isfinite(x)]
+    if x.size == 0:
+        return 0, 0
+    with np.errstate(over="ignore", invalid="ignore"):
+        r = dt.round_to(x, dtype).astype(np.float64)
+        d = x - r
+        other = r + 2 * d
+        back = dt.round_to(other, dtype).astype(np.float64)
+    tie = (d != 0) & np.isfinite(r) & np.isfinite(other) & (back == other)
+    down = tie & (np.abs(r) < np.abs(x))
+    return int(down.sum()), int((tie & ~down).sum())

@@ -25,7 +25,7 @@ from ..cases.plan import CaseSpec
 from ..cases.rng import Stream
 from ..config.load import OpConfig, ValidationConfig, resolve_bound
 from ..oracle.compare import CaseFacts, Comparison, Working, compare_output
-from ..oracle.features import output_features
+from ..oracle.features import input_features, output_features
 from ..oracle.invariants import check_invariants
 from ..oracle.outcome import CaseResult
 from .runners import CallableRunner, CallError, Runner, promote
@@ -164,6 +164,7 @@ def run_case(
     workings = functools.cache(lambda: _working(ctx, spec, inputs.logical, ref_inputs, ref_out, ref_overflowed))
     nears = functools.cache(lambda: _near_range(ctx, spec, inputs.logical, ref_inputs))
     facts, result.features["input_max"] = case_facts(inputs.logical, op)
+    result.features.update(input_features(inputs.logical, op.output_dtype or spec.dtype))
 
     for name in sorted(ref_out):
         ref = ref_out[name]
