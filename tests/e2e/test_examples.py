@@ -157,3 +157,12 @@ def test_quickstart_passes_through_the_gate(tmp_path: Path) -> None:
     assert doc["status"] == "passed" and doc["summary"]["ops"] >= 4
     styles = {(e["source"] or {}).get("file", "").endswith(".py") for e in doc["ops"]}
     assert styles == {True}
+
+
+def test_the_shared_reference_script_is_the_same_in_every_workspace() -> None:
+    """Each example workspace stands alone (a user copies one folder), so the softmax reference script is in
+    two of them: one script, kept identical, so a fix to one is never missing from the other."""
+    copies = sorted(EXAMPLES.glob("*/refs/softmax_ref.py"))
+    assert len(copies) >= 2, copies
+    texts = {p.relative_to(EXAMPLES).as_posix(): p.read_text(encoding="utf-8") for p in copies}
+    assert len(set(texts.values())) == 1, f"the copies differ: {sorted(texts)}"
