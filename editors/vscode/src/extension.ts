@@ -124,7 +124,8 @@ class GpuemuExtension implements vscode.Disposable {
   private missingShown = false;
   private pythonListener: vscode.Disposable | undefined;
 
-  constructor() {
+  /** The extension's install folder (where the bundled variant keeps `bundled/libs`). */
+  constructor(private readonly extensionPath: string) {
     this.output = vscode.window.createOutputChannel("gpuemu-ls", { log: true });
     this.trace = vscode.window.createOutputChannel("gpuemu-ls trace", { log: true });
     this.status = vscode.window.createStatusBarItem("gpuemu.status", vscode.StatusBarAlignment.Left, 10);
@@ -201,7 +202,14 @@ class GpuemuExtension implements vscode.Disposable {
       exists: fileExists,
       interpreter: this.interpreter,
       pathEnv: process.env.PATH,
+      bundledLibs: this.bundledLibs(),
     });
+  }
+
+  /** `bundled/libs` of the bundled variant (built by scripts/build-bundled.sh), when this extension has it. */
+  private bundledLibs(): string | undefined {
+    const libs = path.join(this.extensionPath, "bundled", "libs");
+    return fileExists(path.join(libs, "gpuemu_ls", "__init__.py")) ? libs : undefined;
   }
 
   /** The Python that runs reproductions in a terminal and takes `pip install`. */
@@ -300,7 +308,7 @@ class GpuemuExtension implements vscode.Disposable {
     const serverOptions: ServerOptions = {
       command: server.command,
       args: server.args,
-      options: { cwd: server.cwd, env: { ...process.env, PYTHONUNBUFFERED: "1" } },
+      options: { cwd: server.cwd, env: { ...process.env, PYTHONUNBUFFERED: "1", ...(server.env ?? {}) } },
     };
     const clientOptions: LanguageClientOptions = {
       documentSelector: [
@@ -835,7 +843,7 @@ class GpuemuExtension implements vscode.Disposable {
 let extension: GpuemuExtension | undefined;
 
 export async function activate(context: vscode.ExtensionContext): Promise<GpuemuApi> {
-  extension = new GpuemuExtension();
+  extension = new GpuemuExtension(context.extensionPath);
   context.subscriptions.push(extension);
   extension.registerCommands();
   extension.registerEvents();

@@ -4,8 +4,11 @@
  * Order: the `gpuemu-ls` next to the Python extension's selected interpreter (when that extension is
  * installed and the interpreter has gpuemu-ls); else the `gpuemu.server.command` setting; else the
  * workspace's own `.venv` (trusted workspaces only: a binary inside an untrusted workspace is
- * workspace code); else `gpuemu-ls` on PATH. `missing` says when the chosen one does not exist, so the
- * extension shows one message with an Install button instead of spawning it (ENOENT).
+ * workspace code); else `gpuemu-ls` on PATH; else, in the bundled variant of the extension (a .vsix that
+ * carries the server's Python package and its dependencies in `bundled/libs`, as Microsoft's template for
+ * Python tools does), that package run by a Python (the selected interpreter, else `python3` on PATH).
+ * `missing` says when the chosen one does not exist, so the extension shows one message with an Install
+ * button instead of spawning it (ENOENT).
  */
 import * as path from "node:path";
 
@@ -24,12 +27,16 @@ export interface ResolveInput {
   interpreter?: string;
   /** The PATH environment variable (to tell whether a bare `gpuemu-ls` would be found). */
   pathEnv?: string;
+  /** The extension's `bundled/libs` folder, in the bundled variant only (undefined when it has none). */
+  bundledLibs?: string;
 }
 
 export interface ResolvedServer {
   command: string;
   args: string[];
-  source: "interpreter" | "setting" | "workspace-venv" | "path";
+  source: "interpreter" | "setting" | "workspace-venv" | "path" | "bundled";
+  /** Extra environment for the server (the bundled variant's PYTHONPATH). */
+  env?: Record<string, string>;
   cwd?: string;
   /** The command does not exist (no file there, or not on PATH): do not spawn it. */
   missing?: boolean;
@@ -128,7 +135,23 @@ function resolveUncleaned(input: ResolveInput): ResolvedServer {
     }
   }
   const onPath = findOnPath(BIN, input.pathEnv, input.platform, input.exists);
+  if (onPath === undefined && input.bundledLibs !== undefined) {
+    const py = input.interpreter ?? findOnPath(input.platform === "win32" ? "python" : "python3", input.pathEnv, input.platform, input.exists);
+    if (py !== undefined) return bundledServer(py, input.bundledLibs, args, cwd);
+  }
   return { command: BIN, args, source: "path", cwd, missing: onPath === undefined, python: input.interpreter ?? (onPath ? pythonBeside(onPath, input.platform, input.exists) : undefined) };
+}
+
+/** The bundled package's entry point, the one the `gpuemu-ls` script runs. */
+export const BUNDLED_ENTRY = "from gpuemu_ls.cli import server_main; raise SystemExit(server_main())";
+
+/**
+ * The bundled variant's server: `python -P -c <entry>` with the bundled libraries first on PYTHONPATH. `-P`
+ * (CPython 3.11+, as the bundled wheels are) keeps the working directory, the workspace, off sys.path: a
+ * workspace file named like a module the server imports must not replace it.
+ */
+export function bundledServer(python: string, libs: string, args: string[], cwd: string | undefined): ResolvedServer {
+  return { command: python, args: ["-P", "-c", BUNDLED_ENTRY, ...args], source: "bundled", cwd, python, env: { PYTHONPATH: libs } };
 }
 
 /** Where the server was looked for, for the "not found" message. */

@@ -1,9 +1,12 @@
 import { strict as assert } from "node:assert";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
 import { describe, it } from "node:test";
 import {
   expandPath,
   findCheckout,
   findOnPath,
+  BUNDLED_ENTRY,
   installCommand,
   missingServerMessage,
   pythonBeside,
@@ -123,5 +126,47 @@ describe("install and PATH helpers", () => {
     assert.equal(findCheckout(join(repo, "examples", "buggy"), read), repo);
     assert.equal(findCheckout("/", read), undefined);
     assert.equal(findCheckout("/p/q", (f) => (f === "/p/pyproject.toml" ? '[project]\nname = "other"\n' : undefined)), undefined);
+  });
+});
+
+describe("the bundled variant (a .vsix carrying the server's package in bundled/libs)", () => {
+  const libs = "/ext/gpuemu/bundled/libs";
+
+  it("runs the bundled package with python3 from PATH when no gpuemu-ls is installed anywhere", () => {
+    const r = resolveServer({ ...base, bundledLibs: libs, pathEnv: "/usr/bin", exists: (f) => f === "/usr/bin/python3" });
+    assert.deepEqual(r, {
+      command: "/usr/bin/python3",
+      args: ["-P", "-c", BUNDLED_ENTRY],
+      source: "bundled",
+      cwd: "/ws/a",
+      python: "/usr/bin/python3",
+      env: { PYTHONPATH: libs },
+    });
+  });
+
+  it("prefers the selected interpreter's Python, and passes gpuemu.server.args on", () => {
+    const r = resolveServer({ ...base, args: ["-v"], bundledLibs: libs, interpreter: "/envs/k/bin/python", pathEnv: "/usr/bin", exists: (f) => f === "/usr/bin/python3" });
+    assert.equal(r.command, "/envs/k/bin/python");
+    assert.deepEqual(r.args, ["-P", "-c", BUNDLED_ENTRY, "-v"]);
+  });
+
+  it("never wins over a gpuemu-ls that is installed (interpreter, setting, workspace .venv, PATH)", () => {
+    const onPath = resolveServer({ ...base, bundledLibs: libs, pathEnv: "/usr/bin", exists: (f) => f === "/usr/bin/gpuemu-ls" || f === "/usr/bin/python3" });
+    assert.equal(onPath.source, "path");
+    const venv = resolveServer({ ...base, bundledLibs: libs, exists: (f) => f === "/ws/a/.venv/bin/gpuemu-ls" });
+    assert.equal(venv.source, "workspace-venv");
+  });
+
+  it("without a Python to run it, the server is missing (one message with Install)", () => {
+    const r = resolveServer({ ...base, bundledLibs: libs, pathEnv: "/usr/bin" });
+    assert.equal(r.source, "path");
+    assert.equal(r.missing, true);
+  });
+
+  it("the entry point is the one the gpuemu-ls script runs (pyproject.toml)", () => {
+    const pyproject = readFileSync(join(__dirname, "..", "..", "..", "..", "pyproject.toml"), "utf8");
+    const script = /^gpuemu-ls\s*=\s*"([\w.]+):(\w+)"/m.exec(pyproject);
+    assert.ok(script, "no gpuemu-ls script in pyproject.toml");
+    assert.equal(BUNDLED_ENTRY, `from ${script[1]} import ${script[2]}; raise SystemExit(${script[2]}())`);
   });
 });
