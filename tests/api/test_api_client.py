@@ -10,7 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from apihelp import detail, np_softmax, np_softmax_no_max, rows
+from kit.ops import np_softmax, np_softmax_no_max
+from kit.store import detail, rows
 
 from gpuemu_ls import Client, ValidationError, validate_op
 from gpuemu_ls.api import USER_SEED_BASE, FuzzResult, TestCase, ValidationResult

@@ -7,7 +7,7 @@ import sys
 import ml_dtypes
 import numpy as np
 import pytest
-from apihelp import needs_jax, needs_tf, needs_torch
+from kit.frameworks import needs_jax, needs_tf, needs_torch
 
 from gpuemu_ls.engine.cases.generate import make_layout
 from gpuemu_ls.engine.run import frameworks

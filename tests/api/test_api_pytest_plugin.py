@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from apihelp import plugin_args, rows
+from kit.frameworks import plugin_args
+from kit.store import rows
 
 from gpuemu_ls import Client
 from gpuemu_ls.engine.config.load import load_config

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from apihelp import np_softmax, np_softmax_no_max
+from kit.ops import np_softmax, np_softmax_no_max
 
 from gpuemu_ls import Client
 from gpuemu_ls.api import client_replay_text

@@ -9,7 +9,8 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 import pytest
-from apihelp import needs_jax, needs_tf, needs_torch, rows
+from kit.frameworks import needs_jax, needs_tf, needs_torch
+from kit.store import rows
 
 from gpuemu_ls import Client, ValidationError, validate_op
 

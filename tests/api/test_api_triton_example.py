@@ -15,7 +15,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from apihelp import REPO, needs_triton, plugin_args
+from kit.frameworks import needs_triton, plugin_args
+from kit.workspace import REPO
 
 pytestmark = needs_triton
 
