@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from kit.frameworks import plugin_args
+from kit.ops import op_toml, project_toml
 from kit.store import rows
 
 from gpuemu_ls import Client
@@ -16,54 +17,15 @@ from gpuemu_ls.engine.config.load import load_config
 from gpuemu_ls.engine.oracle.diagnose import diagnose_cases
 from gpuemu_ls.engine.run.validate import plan_op
 
-TOML = """
-[project]
-name = "plugin-test"
-
-[validation]
-dtypes = ["float32", "float16"]
-iterations = 8
-
-[ci.quick]
-iterations = 4
-
-[[ops]]
-name = "good"
-module = "ops:softmax"
-reference = "refs:softmax"
-
-[ops.inputs.x]
-shape = ["B", "N"]
-
-[ops.dims]
-B = { min = 1, max = 4, default = 2 }
-N = { min = 1, max = 100, default = 64 }
-
-[[ops]]
-name = "bad"
-module = "ops:tail_bug"
-reference = "refs:softmax"
-
-[ops.inputs.x]
-shape = ["B", "N"]
-
-[ops.dims]
-B = { min = 1, max = 4, default = 2 }
-N = { min = 1, max = 100, default = 64 }
-
-[[ops]]
-name = "client_op"
-execution_mode = "client_side"
-reference = "refs:softmax"
-dtypes = ["float32"]
-
-[ops.inputs.x]
-shape = ["B", "N"]
-
-[ops.dims]
-B = { min = 1, max = 4, default = 2 }
-N = { min = 1, max = 100, default = 64 }
-"""
+_BN = {"B": (1, 4, 2), "N": (1, 100, 64)}
+TOML = (
+    project_toml(
+        "plugin-test", validation={"dtypes": ["float32", "float16"], "iterations": 8}, ci_quick={"iterations": 4}
+    )
+    + op_toml("good", module="ops:softmax", reference="refs:softmax", dims=_BN)
+    + op_toml("bad", module="ops:tail_bug", reference="refs:softmax", dims=_BN)
+    + op_toml("client_op", execution_mode="client_side", reference="refs:softmax", dtypes=["float32"], dims=_BN)
+)
 
 REFS = """
 import numpy as np

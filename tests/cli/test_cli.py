@@ -13,41 +13,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from kit.cli import GPUEMU_SCRIPT
+from kit.ops import op_toml, project_toml
 
-GPUEMU_SCRIPT = Path(sys.executable).parent / "gpuemu"
-
-TOML = """
-[project]
-name = "cli-test"
-
-[validation]
-dtypes = ["float32", "float16"]
-iterations = 12
-
-[[ops]]
-name = "scale"
-module = "ops:scale"
-reference = "ops:scale_ref"
-
-[ops.inputs.x]
-shape = ["B", "N"]
-
-[ops.dims]
-B = { min = 1, max = 8, default = 2 }
-N = { min = 1, max = 300, default = 128 }
-
-[[ops]]
-name = "good"
-module = "ops:good"
-reference = "refs/good_ref.py"
-
-[ops.inputs.x]
-shape = ["B", "N"]
-
-[ops.dims]
-B = { min = 1, max = 4, default = 2 }
-N = { min = 1, max = 64, default = 16 }
-"""
+TOML = (
+    project_toml("cli-test", validation={"dtypes": ["float32", "float16"], "iterations": 12})
+    + op_toml("scale", module="ops:scale", reference="ops:scale_ref", dims={"B": (1, 8, 2), "N": (1, 300, 128)})
+    + op_toml("good", module="ops:good", reference="refs/good_ref.py", dims={"B": (1, 4, 2), "N": (1, 64, 16)})
+)
 
 BUGGY = """
 import numpy as np
