@@ -29,11 +29,12 @@ from ..engine.cases.plan import CaseSpec, derive_case, iter_seeds, mode_filter
 from ..engine.config.load import CONFIG_NAME, Config, OpConfig, find_workspace, load_config
 from ..engine.errors import ConfigError, Problem, UsageError
 from ..engine.oracle.outcome import OpOutcome
-from ..engine.run.case import CaseContext, CaseResult, run_case
-from ..engine.run.confirm import variant_spec
+from ..engine.run import runners
+from ..engine.run.case import CaseContext, CaseResult, run_case_guarded
+from ..engine.run.confirm import make_probe, variant_spec
 from ..engine.run.frameworks import Adapter, get_adapter, to_numpy_any
-from ..engine.run.runners import CallableRunner, CallError, Runner, ScriptRunner
-from ..engine.run.validate import config_hash, op_status, plan_op
+from ..engine.run.runners import CallError, Runner
+from ..engine.run.validate import config_hash, op_status, plan_op, store_verdict
 from ..engine.store.db import Store
 from .results import USER_SEED_BASE, FuzzResult, TestCase, ValidationError, ValidationResult
 from .runners import ClientRunner, PrecomputedRunner
@@ -108,7 +109,7 @@ class Client:
         self.mode = mode
         self.command = command if command is not None else _argv()
         self._lock = threading.RLock()
-        self._contexts: dict[tuple[str, str], CaseContext] = {}
+        self._runners: dict[tuple[str, str], Runner] = {}
         self._session: _RunState | None = None
         self.store: Store | None
         if store is True:
@@ -404,26 +405,35 @@ class Client:
         bug rather than rounding (the same rule as the CLI; ``force=True`` overrides it). Nothing is
         stored: a calibration is not a verdict.
         """
-        from ..engine.oracle.diagnose import condition_of, confirm
+        from ..engine.oracle.diagnose import diagnose
         from ..engine.tools import calibrate as cal
 
         o = self.op(op)
-        cal.check_factor(method, factor)
-        chosen = _names(dtypes) if dtypes is not None else list(o.dtypes)
-        for d in chosen:
-            if d not in o.dtypes:
-                raise UsageError(f"dtype {d}: op {o.name!r} runs {', '.join(o.dtypes)}")
-        ctx = self._context(o, self._op_runner(o, run_op, framework))
-        proposals = []
-        for d in chosen:
-            specs = plan_op(self.config, o, "thorough", iterations, seed, mode_filter(o, dtypes=(d,)))
+        made: list[CaseContext] = []  # the op loads once the engine has checked the arguments
+
+        def in_process(specs: list[CaseSpec]) -> OpOutcome:
+            """One dtype's cases through run_op here, diagnosed like a worker's run (its condition set)."""
+            if not made:
+                made.append(self._context(o, self._op_runner(o, run_op, framework)))
+                made[0].calibration = True  # the error figures a proposal reads, as in gpuemu's workers
+            ctx = made[0]
             cases = [self._run_one(ctx, s, None) for s in specs]
-            probes = confirm(cases, o, lambda base, changes: self._run_one(ctx, variant_spec(o, base, changes), None))
-            condition = condition_of(cases, probes)
-            proposals.append(cal.propose(self.config, o, d, cases, method, factor, condition))
-        reasons = [f"{p.dtype}: {r}" for p in proposals for r in p.refusal]
-        if reasons and not force:
-            raise cal.CalibrationRefused(o.name, reasons)
+            outcome = OpOutcome(o.name, op_status(cases), cases)
+            diagnose(outcome, o, self.root, make_probe(self.config, o, lambda s: self._run_one(ctx, s, None)))
+            return outcome
+
+        proposals = cal.calibrate(
+            self.config,
+            o,
+            dtypes=_names(dtypes) if dtypes is not None else None,
+            iterations=iterations,
+            method=method,
+            factor=factor,
+            seed=seed,
+            force=force,
+            run=in_process,
+            dtype_flag="dtype",
+        )
         if write and proposals:
             cal.write_tolerances(self.config, o, proposals)
             self.reload()
@@ -433,7 +443,7 @@ class Client:
         """Re-read gpuemu.toml (after an edit)."""
         with self._lock:
             self.config = load_config(self.root)
-            self._contexts.clear()
+            self._runners.clear()
 
     def export_results(self, path: str | Path | None = None, *, format: str = "json") -> str:
         """The stored verdict of every op as a results document (``gpuemu report``), written to ``path`` if given."""
@@ -479,63 +489,44 @@ class Client:
     def _op_runner(self, op: OpConfig, run_op: RunOp | None, framework: str | None) -> Runner:
         if run_op is not None:
             return ClientRunner(run_op, op.input_names, self.adapter(op, framework))
-        if op.execution_mode == "script_based" or (op.module is None and op.op_script):
-            assert op.op_script is not None
-            return self._cached_runner(
-                op,
-                "script",
-                lambda: ScriptRunner(
-                    self.root, op.op_script or "", "op", strides=any(lay != "contiguous" for lay in op.layouts)
-                ),
-            )
-        if op.module is not None:
-            adapter = self.adapter(op, framework)
-            return self._cached_runner(
-                op,
-                f"module:{adapter.name}",
-                lambda: CallableRunner(
-                    self.root, _own_module(self.root, op.module or ""), op.input_names, adapter, "op", op.call
-                ),
-            )
-        raise UsageError(
-            f"op {op.name!r} runs in your process (execution_mode = {op.execution_mode!r}, no module): "
-            "pass run_op, a callable run_op(inputs, **kwargs) -> output"
+        fw = framework or self.framework
+        runner = self._loaded(
+            op,
+            f"op:{fw or op.framework}",
+            lambda: runners.op_runner(
+                self.root, op, isolated=False, framework=fw, device=self.device, module=self._own_module
+            ),
         )
-
-    def _cached_runner(self, op: OpConfig, key: str, make: Callable[[], Runner]) -> Runner:
-        ctx = self._contexts.get((op.name, key))
-        if ctx is None:
-            try:
-                runner = make()
-            except CallError as exc:
-                raise UsageError(f"op {op.name!r}: {exc.message}") from None
-            ctx = self._context(op, runner)
-            self._contexts[(op.name, key)] = ctx
-        return ctx.op_runner
+        if runner is None:
+            raise UsageError(
+                f"op {op.name!r} runs in your process (execution_mode = {op.execution_mode!r}, no module): "
+                "pass run_op, a callable run_op(inputs, **kwargs) -> output"
+            )
+        return runner
 
     def _reference(self, op: OpConfig) -> Runner:
-        ctx = self._contexts.get((op.name, "reference"))
-        if ctx is None:
-            if op.reference is None:
-                raise UsageError(f"op {op.name!r} has no reference")
+        if op.reference is None:
+            raise UsageError(f"op {op.name!r} has no reference")
+        ref = self._loaded(
+            op, "reference", lambda: runners.reference_runner(self.root, op, isolated=False, module=self._own_module)
+        )
+        assert ref is not None
+        return ref
+
+    def _loaded(self, op: OpConfig, key: str, load: Callable[[], Runner | None]) -> Runner | None:
+        """The engine's runner for the op (or its reference), loaded once in this process and kept."""
+        runner = self._runners.get((op.name, key))
+        if runner is None:
             try:
-                ref: Runner
-                if op.reference_is_script:
-                    ref = ScriptRunner(self.root, op.reference, "reference")
-                else:
-                    ref = CallableRunner(
-                        self.root,
-                        _own_module(self.root, op.reference),
-                        op.input_names,
-                        get_adapter("numpy"),
-                        "reference",
-                        op.reference_call,
-                    )
+                runner = load()
             except CallError as exc:
                 raise UsageError(f"op {op.name!r}: {exc.message}") from None
-            ctx = CaseContext(self.root, op, self.config.validation, ref, ref)
-            self._contexts[(op.name, "reference")] = ctx
-        return ctx.ref_runner
+            if runner is not None:
+                self._runners[(op.name, key)] = runner
+        return runner
+
+    def _own_module(self, ref: str) -> str:
+        return _own_module(self.root, ref)
 
     def _context(self, op: OpConfig, op_runner: Runner) -> CaseContext:
         return CaseContext(self.root, op, self.config.validation, op_runner, self._reference(op))
@@ -544,24 +535,7 @@ class Client:
         self, ctx: CaseContext, spec: CaseSpec, snapshot: dict[str, np.ndarray] | None, *, replayed: bool = False
     ) -> CaseResult:
         """run_case, as a worker runs it; ``replayed``: the inputs are a stored snapshot (not the case's own)."""
-        try:
-            result = run_case(ctx, spec, snapshot)
-        except MemoryError:
-            result = CaseResult(
-                spec.op, spec.seed, spec, "error", "out_of_memory", "the case ran out of memory", snapshot=snapshot
-            )
-        except Exception as exc:  # a bug in the engine itself: report it as the workers do
-            import traceback
-
-            result = CaseResult(
-                spec.op,
-                spec.seed,
-                spec,
-                "error",
-                "internal_error",
-                f"gpuemu internal error: {exc}\n{traceback.format_exc()}",
-                snapshot=snapshot,
-            )
+        result = run_case_guarded(ctx, spec, snapshot, keep_inputs=True)
         result.from_snapshot = replayed
         return result
 
@@ -761,9 +735,9 @@ class Client:
             elapsed if elapsed is not None else sum(sum(c.durations.values()) for c in cases)
         )
         if run.shared and status is None:
-            from .storeview import store_verdict
+            from . import storeview
 
-            run.status[op.name] = store_verdict(
+            run.status[op.name] = storeview.store_verdict(
                 self.store, self.config, run.id, op.name, mode=run.mode, source=self.source
             )
             self._finish(run)
@@ -785,28 +759,7 @@ class Client:
             )
             outcome.message = message or outcome.summary()
             outcome.diagnosis = diagnose_cases(all_cases, op, self.root, run.probes.get(op.name))
-            self.store.add_op_result(
-                run.id,
-                op.name,
-                "op",
-                outcome.status,
-                cases=len(all_cases),
-                passed=outcome.count("passed"),
-                failed=outcome.count("failed"),
-                errors=outcome.count("error"),
-                stats=outcome.stats(),
-                duration=outcome.elapsed,
-                message=outcome.message,
-                diagnosis=outcome.diagnosis,
-                detail={
-                    "setup_error": None,
-                    "stopped": outcome.stopped,
-                    "planned": outcome.planned,
-                    "mode": run.mode,
-                    "source": self.source,
-                    "client_side": not op.runnable,
-                },
-            )
+            store_verdict(self.store, run.id, outcome, run.mode, source=self.source, client_side=not op.runnable)
             self._finish(run)
 
     def _finish(self, run: _RunState) -> None:

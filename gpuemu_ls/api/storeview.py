@@ -75,47 +75,22 @@ def store_verdict(
 ) -> str:
     """Recompute ``op_name``'s verdict over every case of ``run_id`` in the store and write it; returns the status."""
     from ..engine.oracle.diagnose import diagnose_cases
-    from ..engine.oracle.outcome import OpOutcome
-    from ..engine.run.validate import op_status
+    from ..engine.oracle.outcome import OpOutcome, op_status
+    from ..engine.run.validate import store_verdict as record
 
     rows = store.cases(run_id=run_id, op=op_name)
     cases = [c for c in (case_from_row(r) for r in rows) if c is not None]
     status = op_status(cases)
     outcome = OpOutcome(op_name, status, cases, planned=planned if planned is not None else len(cases))
     outcome.elapsed = sum(sum(c.durations.values()) for c in cases)
+    outcome.message = outcome.summary()
     try:
         op = config.op(op_name)
         outcome.diagnosis = diagnose_cases(cases, op, config.root)
         client_side = not op.runnable
     except KeyError:
         client_side = False
-    parts = [f"{outcome.count('passed')}/{len(cases)} passed"]
-    if outcome.count("failed"):
-        parts.append(f"{outcome.count('failed')} failed")
-    if outcome.count("error"):
-        parts.append(f"{outcome.count('error')} errors")
-    store.add_op_result(
-        run_id,
-        op_name,
-        "op",
-        status,
-        cases=len(cases),
-        passed=outcome.count("passed"),
-        failed=outcome.count("failed"),
-        errors=outcome.count("error"),
-        stats=outcome.stats(),
-        duration=outcome.elapsed,
-        message=", ".join(parts),
-        diagnosis=outcome.diagnosis,
-        detail={
-            "setup_error": None,
-            "stopped": None,
-            "planned": outcome.planned,
-            "mode": mode,
-            "source": source,
-            "client_side": client_side,
-        },
-    )
+    record(store, run_id, outcome, mode, source=source, client_side=client_side)
     return status
 
 

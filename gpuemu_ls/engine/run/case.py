@@ -12,6 +12,7 @@ import functools
 import math
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -246,6 +247,29 @@ def run_case(
         v = result.violations[0]
         return fail("failed", "invariant", f"invariant {v.invariant} violated: {v.message}")
     return result
+
+
+def run_case_guarded(
+    ctx: CaseContext,
+    spec: CaseSpec,
+    snapshot: dict[str, np.ndarray] | None = None,
+    phase: Callable[[str], None] = lambda _p: None,
+    *,
+    memory_note: Callable[[], str] | None = None,
+    keep_inputs: bool = False,
+) -> CaseResult:
+    """:func:`run_case`, with what goes wrong in gpuemu itself scored as an error case instead of raised:
+    running out of memory (``memory_note()`` says which limit) and an internal error (with its traceback).
+    ``keep_inputs``: such a case keeps ``snapshot`` as its inputs, as every other case that did not pass does."""
+    kept = snapshot if keep_inputs else None
+    try:
+        return run_case(ctx, spec, snapshot, phase)
+    except MemoryError:
+        why = "the case ran out of memory" + (f" ({memory_note()})" if memory_note is not None else "")
+        return CaseResult(spec.op, spec.seed, spec, "error", "out_of_memory", why, snapshot=kept)
+    except Exception as exc:  # a bug in the engine itself: report it, keep serving
+        message = f"gpuemu internal error: {exc}\n{traceback.format_exc()}"
+        return CaseResult(spec.op, spec.seed, spec, "error", "internal_error", message, snapshot=kept)
 
 
 def _dtype_name(dtype: np.dtype) -> str:

@@ -19,12 +19,15 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from . import scriptfork, shadow, wire
-from .frameworks import Adapter
+from .frameworks import Adapter, get_adapter
+
+if TYPE_CHECKING:
+    from ..config.model import OpConfig
 
 STDERR_TAIL = 2000
 
@@ -369,4 +372,51 @@ def promote(arr: np.ndarray) -> np.ndarray:
     return np.array(arr, order="C")
 
 
-__all__ = ["CallError", "CallableRunner", "Runner", "ScriptRunner", "load_callable", "promote", "user_frame"]
+def _as_is(ref: str) -> str:
+    return ref
+
+
+def op_runner(
+    root: Path,
+    op: OpConfig,
+    *,
+    isolated: bool,
+    framework: str | None = None,
+    device: str | None = None,
+    module: Callable[[str], str] = _as_is,
+) -> Runner | None:
+    """The op under test as gpuemu runs it: its ``op_script`` (``script_based``, or no ``module``), else its
+    ``module`` called with the tensors of ``framework`` (default: the op's) on ``device``; None when nothing
+    is runnable (the op runs in a client's process). ``isolated``: scripts run in a fork (in a worker);
+    ``module`` maps a ``module:function`` before it is loaded. CallError (kind ``import``) if it cannot load."""
+    if op.execution_mode == "script_based" or (op.module is None and op.op_script):
+        assert op.op_script is not None
+        strides = any(lay != "contiguous" for lay in op.layouts)
+        return ScriptRunner(root, op.op_script, "op", strides=strides, isolated=isolated)
+    if op.module is not None:
+        adapter = get_adapter(framework or op.framework, device)
+        return CallableRunner(root, module(op.module), op.input_names, adapter, "op", op.call)
+    return None
+
+
+def reference_runner(root: Path, op: OpConfig, *, isolated: bool, module: Callable[[str], str] = _as_is) -> Runner:
+    """The op's float64 reference: its script, or its ``module:function`` called with numpy arrays."""
+    assert op.reference is not None
+    if op.reference_is_script:
+        return ScriptRunner(root, op.reference, "reference", isolated=isolated)
+    return CallableRunner(
+        root, module(op.reference), op.input_names, get_adapter("numpy"), "reference", op.reference_call
+    )
+
+
+__all__ = [
+    "CallError",
+    "CallableRunner",
+    "Runner",
+    "ScriptRunner",
+    "load_callable",
+    "op_runner",
+    "promote",
+    "reference_runner",
+    "user_frame",
+]

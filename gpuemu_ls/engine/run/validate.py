@@ -470,7 +470,7 @@ def run_validation(
                     run_id, outcome.cases, max_snapshots=config.validation.max_failure_snapshots, root=config.root
                 )
                 if options.mode in VERDICT_MODES:
-                    _store_verdict(store, run_id, outcome, options.mode)
+                    store_verdict(store, run_id, outcome, options.mode)
         if options.on_op:
             options.on_op(outcome)
         return outcome
@@ -530,7 +530,9 @@ def _grants(
     return allocate(demands, left_of_cap, left * side_by_side, left)
 
 
-def _store_verdict(store: Store, run_id: str, outcome: OpOutcome, mode: str) -> None:
+def store_verdict(store: Store, run_id: str, outcome: OpOutcome, mode: str, **detail: Any) -> None:
+    """Record ``outcome`` as the op's verdict in run ``run_id``: counts, stats, message, diagnosis, and in its
+    detail what stopped it, its condition, budget and timing (``detail``: more keys, e.g. the API's source)."""
     store.add_op_result(
         run_id,
         outcome.op,
@@ -552,6 +554,7 @@ def _store_verdict(store: Store, run_id: str, outcome: OpOutcome, mode: str) -> 
             "condition": outcome.condition,
             "budget": outcome.budget,
             "timing": outcome.timing(),
+            **detail,
         },
     )
 
@@ -572,4 +575,14 @@ def replay_spec(
     return derive_case(op, seed), None, "regenerated from (op, seed)"
 
 
-__all__ = ["MODES", "OpOutcome", "RunOptions", "RunResult", "plan_op", "replay_spec", "run_op", "run_validation"]
+__all__ = [
+    "MODES",
+    "OpOutcome",
+    "RunOptions",
+    "RunResult",
+    "plan_op",
+    "replay_spec",
+    "run_op",
+    "run_validation",
+    "store_verdict",
+]

@@ -16,44 +16,26 @@ import os
 import resource
 import signal
 import sys
-import traceback
 from multiprocessing.connection import Connection
 from pathlib import Path
 
 from ..cases.plan import CaseSpec
 from ..config.load import OpConfig, ValidationConfig
-from . import contain, shadow
-from .case import CaseContext, CaseResult, run_case
-from .frameworks import get_adapter
-from .runners import CallableRunner, CallError, Runner, ScriptRunner
+from . import contain, runners, shadow
+from .case import CaseContext, run_case_guarded
+from .runners import CallError, ScriptRunner
 
 
 def build_context(root: Path, op: OpConfig, validation: ValidationConfig) -> CaseContext:
     """Load the op and its reference; CallError (kind ``import``) names file and line when that fails."""
-    adapter = get_adapter(op.framework) if op.module and op.execution_mode != "script_based" else get_adapter("numpy")
-    op_runner: Runner
-    if op.execution_mode == "script_based" or (op.module is None and op.op_script):
-        assert op.op_script is not None
-        op_runner = ScriptRunner(
-            root, op.op_script, "op", strides=any(lay != "contiguous" for lay in op.layouts), isolated=True
-        )
-    elif op.module is not None:
-        op_runner = CallableRunner(root, op.module, op.input_names, adapter, "op", op.call)
-    else:
+    op_runner = runners.op_runner(root, op, isolated=True)
+    if op_runner is None:
         raise CallError(
             "import",
             f"op {op.name!r} has nothing runnable here (execution_mode = "
             f"{op.execution_mode!r}): run it through the Python API on the machine that has the kernel",
         )
-    assert op.reference is not None
-    ref_runner: Runner
-    if op.reference_is_script:
-        ref_runner = ScriptRunner(root, op.reference, "reference", isolated=True)
-    else:
-        ref_runner = CallableRunner(
-            root, op.reference, op.input_names, get_adapter("numpy"), "reference", op.reference_call
-        )
-    return CaseContext(root, op, validation, op_runner, ref_runner)
+    return CaseContext(root, op, validation, op_runner, runners.reference_runner(root, op, isolated=True))
 
 
 def _kill_own_group(_signum: int, _frame: object) -> None:
@@ -87,6 +69,11 @@ def default_memory_mb() -> int | None:
     except OSError:
         pass
     return max(256, min(sizes) // 2 // 2**20) if sizes else None
+
+
+def _memory_note(limit_mb: int | None) -> str:
+    """Which memory limit a case that ran out of memory hit."""
+    return f"memory_limit_mb = {limit_mb}" if limit_mb else f"the default limit, {default_memory_mb()} MB"
 
 
 def _apply_limits(memory_mb: int | None) -> None:
@@ -184,23 +171,12 @@ def serve(conn: Connection) -> None:
             _limit_cpu(cpu_seconds)
             os.write(2, f"{CASE_MARK}{spec.seed} ---\n".encode())  # validate.crash_site reads from here on
             try:
-                result = run_case(
-                    ctx, spec, snapshot, phase=lambda p, s=spec.seed, w=watchdog: _announce(conn, s, p, w)
-                )
-            except MemoryError:
-                limit = ctx.validation.memory_limit_mb
-                why = f"memory_limit_mb = {limit}" if limit else f"the default limit, {default_memory_mb()} MB"
-                result = CaseResult(
-                    spec.op, spec.seed, spec, "error", "out_of_memory", f"the case ran out of memory ({why})"
-                )
-            except Exception as exc:  # a bug in the engine itself: report it, keep serving
-                result = CaseResult(
-                    spec.op,
-                    spec.seed,
+                result = run_case_guarded(
+                    ctx,
                     spec,
-                    "error",
-                    "internal_error",
-                    f"gpuemu internal error: {exc}\n{traceback.format_exc()}",
+                    snapshot,
+                    phase=lambda p, s=spec.seed, w=watchdog: _announce(conn, s, p, w),
+                    memory_note=lambda limit=ctx.validation.memory_limit_mb: _memory_note(limit),
                 )
             finally:
                 faulthandler.cancel_dump_traceback_later()

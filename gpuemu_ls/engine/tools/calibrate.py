@@ -22,17 +22,18 @@ look like a bug rather than rounding, namely when
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from .. import dtypes as dt
-from ..cases.plan import mode_filter
+from ..cases.plan import CaseSpec, mode_filter
 from ..config.edits import set_tolerances
 from ..config.load import Config, OpConfig, load_config, resolve_tolerance
 from ..errors import ConfigError, UsageError
-from ..oracle.outcome import CaseResult
+from ..oracle.outcome import CaseResult, OpOutcome
 from ..run.validate import RunOptions, plan_op, run_validation
 
 METHODS = ("p50", "p90", "p95", "p99", "max")
@@ -180,27 +181,31 @@ def calibrate(
     seed: int | None = None,
     jobs: int = 1,
     force: bool = False,
+    run: Callable[[list[CaseSpec]], OpOutcome] | None = None,
+    dtype_flag: str = "--dtype",
 ) -> list[Proposal]:
     """Run the op over ``iterations`` cases per dtype and propose (atol, rtol) per dtype.
 
-    Raises :class:`CalibrationRefused` when a proposal would hide a bug, unless ``force``.
+    ``run`` runs one dtype's cases and returns their outcome, diagnosed (its ``condition`` set): by default
+    in ``jobs`` of gpuemu's workers; the Python API runs them in the caller's process. ``dtype_flag`` names
+    ``dtypes`` in the message about one the op does not run. Raises :class:`CalibrationRefused` when a
+    proposal would hide a bug, unless ``force``.
     """
     check_factor(method, factor)
     chosen = dtypes or list(op.dtypes)
     for d in chosen:
         if d not in op.dtypes:
-            raise UsageError(f"--dtype {d}: op {op.name!r} runs {', '.join(op.dtypes)}")
+            raise UsageError(f"{dtype_flag} {d}: op {op.name!r} runs {', '.join(op.dtypes)}")
+
+    def in_workers(specs: list[CaseSpec]) -> OpOutcome:
+        options = RunOptions(mode="calibrate", ops=[op.name], jobs=jobs, source="calibrate", store=False)
+        return run_validation(config, options, specs_by_op={op.name: specs}).outcomes[0]
+
     proposals = []
     for d in chosen:
         specs = plan_op(config, op, "thorough", iterations, seed, mode_filter(op, dtypes=(d,)))
-        result = run_validation(
-            config,
-            RunOptions(mode="calibrate", ops=[op.name], jobs=jobs, source="calibrate", store=False),
-            specs_by_op={op.name: specs},
-        )
-        outcome = result.outcomes[0]
-        p = propose(config, op, d, outcome.cases, method, factor, outcome.condition)
-        proposals.append(p)
+        outcome = (run or in_workers)(specs)
+        proposals.append(propose(config, op, d, outcome.cases, method, factor, outcome.condition))
     reasons = [f"{p.dtype}: {r}" for p in proposals for r in p.refusal]
     if reasons and not force:
         raise CalibrationRefused(op.name, reasons)
