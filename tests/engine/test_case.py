@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from kit.ops import op_toml, project_toml
 
 from gpuemu_ls.engine.cases.plan import CaseSpec, derive_case, shape_of
 from gpuemu_ls.engine.config.load import Config, OpConfig, load_config
@@ -17,86 +18,50 @@ from gpuemu_ls.engine.run.case import CaseContext, CaseResult, run_case
 from gpuemu_ls.engine.run.frameworks import Adapter
 from gpuemu_ls.engine.run.runners import CallableRunner, CallError, Runner, ScriptRunner
 
-TOML = """
-[validation]
-dtypes = ["float32", "float16", "bfloat16"]
-
-[[ops]]
-name = "softmax"
-module = "case_ops:softmax"
-reference = "case_ops:softmax_ref"
-invariants = ["non_negative", "normalized", "shape_preserved"]
-
-[ops.inputs.x]
-shape = ["B", "N"]
-
-[ops.dims]
-B = { min = 1, max = 8, default = 3 }
-N = { min = 1, max = 300, default = 64 }
-
-[[ops]]
-name = "layernorm"
-module = "case_ops:layernorm"
-reference = "case_ops:layernorm_ref"
-dtypes = ["float32"]
-distributions = ["constant_rows"]
-
-[ops.inputs.x]
-shape = ["B", "N"]
-
-[ops.dims]
-B = { min = 1, max = 16, default = 4 }
-N = { min = 1, max = 2048, default = 512 }
-
-[ops.kwargs]
-eps = 1e-5
-
-[[ops]]
-name = "matmul"
-module = "case_ops:matmul"
-reference = "case_ops:matmul_ref"
-dtypes = ["float32"]
-layouts = ["contiguous", "transposed"]
-distributions = ["normal"]
-
-[ops.inputs.a]
-shape = ["M", "K"]
-
-[ops.inputs.b]
-shape = ["K", "N"]
-
-[ops.dims]
-M = { min = 1, max = 32, default = 16 }
-K = { min = 1, max = 4096, default = 2048 }
-N = { min = 1, max = 32, default = 16 }
-
-[[ops]]
-name = "rowmean"
-module = "case_ops:rowmean"
-reference = "case_ops:rowmean_ref"
-dtypes = ["float32"]
-
-[ops.inputs.x]
-shape = ["B", "N"]
-
-[ops.dims]
-B = { min = 1, max = 64, default = 16 }
-N = { min = 1, max = 256, default = 64 }
-
-[[ops]]
-name = "scale"
-module = "case_ops:scale"
-reference = "case_ops:scale_ref"
-invariants = ["finite", "non_negative"]
-dtypes = ["float16"]
-
-[ops.inputs.x]
-shape = ["B", "N"]
-
-[ops.dims]
-B = { min = 1, max = 8, default = 2 }
-N = { min = 1, max = 64, default = 4 }
-"""
+TOML = (
+    project_toml(validation={"dtypes": ["float32", "float16", "bfloat16"]})
+    + op_toml(
+        "softmax",
+        module="case_ops:softmax",
+        reference="case_ops:softmax_ref",
+        invariants=["non_negative", "normalized", "shape_preserved"],
+        dims={"B": (1, 8, 3), "N": (1, 300, 64)},
+    )
+    + op_toml(
+        "layernorm",
+        module="case_ops:layernorm",
+        reference="case_ops:layernorm_ref",
+        dtypes=["float32"],
+        distributions=["constant_rows"],
+        dims={"B": (1, 16, 4), "N": (1, 2048, 512)},
+        tables={"kwargs": {"eps": 1e-05}},
+    )
+    + op_toml(
+        "matmul",
+        module="case_ops:matmul",
+        reference="case_ops:matmul_ref",
+        dtypes=["float32"],
+        layouts=["contiguous", "transposed"],
+        distributions=["normal"],
+        inputs={"a": ["M", "K"], "b": ["K", "N"]},
+        dims={"M": (1, 32, 16), "K": (1, 4096, 2048), "N": (1, 32, 16)},
+    )
+    + op_toml(
+        "rowmean",
+        module="case_ops:rowmean",
+        reference="case_ops:rowmean_ref",
+        dtypes=["float32"],
+        dims={"B": (1, 64, 16), "N": (1, 256, 64)},
+    )
+    + op_toml(
+        "scale",
+        module="case_ops:scale",
+        reference="case_ops:scale_ref",
+        invariants=["finite", "non_negative"],
+        dtypes=["float16"],
+        dims={"B": (1, 8, 2), "N": (1, 64, 4)},
+    )
+)
 
 OPS = """
 import numpy as np

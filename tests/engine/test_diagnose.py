@@ -6,6 +6,7 @@ import dataclasses
 import re
 
 import pytest
+from kit.ops import op_toml, project_toml
 
 from gpuemu_ls.engine.cases.plan import CaseSpec, derive_case, shape_of
 from gpuemu_ls.engine.config.load import Config, OpConfig, load_config
@@ -15,127 +16,86 @@ from gpuemu_ls.engine.run.confirm import variant_spec
 from gpuemu_ls.engine.run.frameworks import Adapter
 from gpuemu_ls.engine.run.runners import CallableRunner
 
-TOML = """
-[validation]
-dtypes = ["float32"]
-
-[[ops]]
-name = "rows"
-module = "diag_ops:scale_tail"
-reference = "diag_ops:scale_ref"
-layouts = ["contiguous"]
-distributions = ["normal"]
-[ops.inputs.x]
-shape = ["B", "N"]
-[ops.dims]
-B = 3
-N = { min = 1, max = 1024, default = 128 }
-
-[[ops]]
-name = "softmax"
-module = "diag_ops:softmax_pad_zero"
-reference = "diag_ops:softmax_ref"
-layouts = ["contiguous"]
-distributions = ["normal"]
-[ops.inputs.x]
-shape = ["B", "N"]
-[ops.dims]
-B = 3
-N = { min = 1, max = 1024, default = 128 }
-
-[[ops]]
-name = "layout"
-module = "diag_ops:ignores_strides"
-reference = "diag_ops:scale_ref"
-distributions = ["normal"]
-[ops.inputs.x]
-shape = ["B", "N"]
-[ops.dims]
-B = { min = 2, max = 8, default = 4 }
-N = { min = 2, max = 64, default = 16 }
-
-[[ops]]
-name = "matmul"
-module = "diag_ops:matmul_overwrite"
-reference = "diag_ops:matmul_ref"
-layouts = ["contiguous"]
-distributions = ["normal"]
-[ops.inputs.a]
-shape = ["M", "K"]
-[ops.inputs.b]
-shape = ["K", "N"]
-[ops.dims]
-M = 4
-N = 5
-K = [1, 16, 32, 33, 64, 100]
-
-[[ops]]
-name = "attention"
-module = "diag_ops:scores_no_scale"
-reference = "diag_ops:scores_ref"
-layouts = ["contiguous"]
-distributions = ["uniform"]
-[ops.inputs.q]
-shape = ["M", "D"]
-[ops.inputs.k]
-shape = ["N", "D"]
-[ops.dims]
-M = 6
-N = 7
-D = [16, 64, 4, 256]
-
-[[ops]]
-name = "twotrig"
-module = "diag_ops:two_triggers"
-reference = "diag_ops:scale_ref"
-layouts = ["contiguous"]
-distributions = ["normal", "large"]
-[ops.inputs.x]
-shape = ["B", "N"]
-[ops.dims]
-B = 3
-N = { min = 1, max = 1024, default = 128 }
-
-[[ops]]
-name = "cast"
-module = "diag_ops:cast_half_up"
-reference = "diag_ops:cast_ref"
-layouts = ["contiguous"]
-distributions = ["normal", "ties"]
-output_dtype = "bfloat16"
-[ops.inputs.x]
-shape = ["B", "N"]
-dtype = "float32"
-[ops.dims]
-B = { min = 1, max = 64, default = 8 }
-N = { min = 1, max = 4096, default = 64 }
-[ops.tolerances]
-bfloat16 = { ulp = 0 }  # a cast is right only if it is the correctly rounded value
-
-[[ops]]
-name = "lse"
-module = "diag_ops:lse_max_from_zero"
-reference = "diag_ops:lse_ref"
-layouts = ["contiguous"]
-distributions = ["normal", "large"]
-[ops.inputs.x]
-shape = ["B", "N"]
-[ops.dims]
-B = { min = 1, max = 8, default = 2 }
-N = { min = 1, max = 64, default = 8 }
-
-[[ops]]
-name = "masked"
-module = "diag_ops:softmax_plain"
-reference = "diag_ops:masked_softmax_ref"
-layouts = ["contiguous"]
-distributions = ["masked_rows", "normal"]
-[ops.inputs.x]
-shape = ["B", "N"]
-[ops.dims]
-B = { min = 4, max = 8, default = 6 }
-N = { min = 2, max = 64, default = 16 }
-"""
+TOML = (
+    project_toml(validation={"dtypes": ["float32"]})
+    + op_toml(
+        "rows",
+        module="diag_ops:scale_tail",
+        reference="diag_ops:scale_ref",
+        layouts=["contiguous"],
+        distributions=["normal"],
+        dims={"B": 3, "N": (1, 1024, 128)},
+    )
+    + op_toml(
+        "softmax",
+        module="diag_ops:softmax_pad_zero",
+        reference="diag_ops:softmax_ref",
+        layouts=["contiguous"],
+        distributions=["normal"],
+        dims={"B": 3, "N": (1, 1024, 128)},
+    )
+    + op_toml(
+        "layout",
+        module="diag_ops:ignores_strides",
+        reference="diag_ops:scale_ref",
+        distributions=["normal"],
+        dims={"B": (2, 8, 4), "N": (2, 64, 16)},
+    )
+    + op_toml(
+        "matmul",
+        module="diag_ops:matmul_overwrite",
+        reference="diag_ops:matmul_ref",
+        layouts=["contiguous"],
+        distributions=["normal"],
+        inputs={"a": ["M", "K"], "b": ["K", "N"]},
+        dims={"M": 4, "N": 5, "K": [1, 16, 32, 33, 64, 100]},
+    )
+    + op_toml(
+        "attention",
+        module="diag_ops:scores_no_scale",
+        reference="diag_ops:scores_ref",
+        layouts=["contiguous"],
+        distributions=["uniform"],
+        inputs={"q": ["M", "D"], "k": ["N", "D"]},
+        dims={"M": 6, "N": 7, "D": [16, 64, 4, 256]},
+    )
+    + op_toml(
+        "twotrig",
+        module="diag_ops:two_triggers",
+        reference="diag_ops:scale_ref",
+        layouts=["contiguous"],
+        distributions=["normal", "large"],
+        dims={"B": 3, "N": (1, 1024, 128)},
+    )
+    # a cast is right only if it is the correctly rounded value (bfloat16 ulp = 0)
+    + op_toml(
+        "cast",
+        module="diag_ops:cast_half_up",
+        reference="diag_ops:cast_ref",
+        layouts=["contiguous"],
+        distributions=["normal", "ties"],
+        output_dtype="bfloat16",
+        inputs={"x": {"shape": ["B", "N"], "dtype": "float32"}},
+        dims={"B": (1, 64, 8), "N": (1, 4096, 64)},
+        tables={"tolerances": {"bfloat16": {"ulp": 0}}},
+    )
+    + op_toml(
+        "lse",
+        module="diag_ops:lse_max_from_zero",
+        reference="diag_ops:lse_ref",
+        layouts=["contiguous"],
+        distributions=["normal", "large"],
+        dims={"B": (1, 8, 2), "N": (1, 64, 8)},
+    )
+    + op_toml(
+        "masked",
+        module="diag_ops:softmax_plain",
+        reference="diag_ops:masked_softmax_ref",
+        layouts=["contiguous"],
+        distributions=["masked_rows", "normal"],
+        dims={"B": (4, 8, 6), "N": (2, 64, 16)},
+    )
+)
 
 OPS = """
 import numpy as np

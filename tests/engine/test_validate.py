@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+from kit.ops import op_toml, project_toml
 
 from gpuemu_ls.engine.cases.plan import derive_case
 from gpuemu_ls.engine.config.load import Config, load_config
@@ -15,118 +16,50 @@ from gpuemu_ls.engine.run.validate import RunOptions, RunResult, crash_site, run
 from gpuemu_ls.engine.run.worker import CASE_MARK
 from gpuemu_ls.engine.store.db import Store
 
-TOML = """
-[validation]
-dtypes = ["float32"]
-timeout = 20
-
-[[ops]]
-name = "segv"
-module = "ops:segv"
-reference = "ops:reference"
-layouts = ["contiguous"]
-distributions = ["normal"]
-iterations = 1
-seeds = @SEGV_SEEDS@
-[ops.inputs.x]
-shape = ["N"]
-[ops.dims]
-N = { min = 2, max = 40, default = 8 }
-
-[[ops]]
-name = "abort"
-module = "ops:abort"
-reference = "ops:reference"
-iterations = 2
-[ops.inputs.x]
-shape = ["N"]
-[ops.dims]
-N = 3
-
-[[ops]]
-name = "hang"
-module = "ops:hang"
-reference = "ops:reference"
-layouts = ["contiguous"]
-distributions = ["normal"]
-iterations = 4
-timeout = 1
-[ops.inputs.x]
-shape = ["N"]
-[ops.dims]
-N = [4, 5, 8, 7]
-
-[[ops]]
-name = "refcrash"
-module = "ops:ok"
-reference = "refs/crash.py"
-iterations = 2
-[ops.inputs.x]
-shape = ["N"]
-[ops.dims]
-N = 4
-
-[[ops]]
-name = "syntax"
-module = "later_broken:op"
-reference = "ops:reference"
-iterations = 2
-[ops.inputs.x]
-shape = ["N"]
-[ops.dims]
-N = 4
-
-[[ops]]
-name = "raises_at_import"
-module = "raises_at_import:op"
-reference = "ops:reference"
-iterations = 2
-[ops.inputs.x]
-shape = ["N"]
-[ops.dims]
-N = 4
-
-[[ops]]
-name = "client"
-reference = "ops:reference"
-execution_mode = "client_side"
-[ops.inputs.x]
-shape = ["N"]
-[ops.dims]
-N = 4
-
-[[ops]]
-name = "good"
-module = "ops:ok"
-reference = "ops:reference"
-iterations = 8
-[ops.inputs.x]
-shape = ["B", "N"]
-[ops.dims]
-B = { min = 1, max = 4, default = 2 }
-N = { min = 1, max = 64, default = 16 }
-
-[[ops]]
-name = "bad"
-module = "ops:bad_tail"
-reference = "ops:reference"
-iterations = 8
-[ops.inputs.x]
-shape = ["B", "N"]
-[ops.dims]
-B = { min = 1, max = 4, default = 2 }
-N = { min = 1, max = 64, default = 16 }
-
-[[ops]]
-name = "slow"
-module = "ops:slow"
-reference = "ops:reference"
-iterations = 200
-[ops.inputs.x]
-shape = ["N"]
-[ops.dims]
-N = 4
-"""
+TOML = (
+    project_toml(validation={"dtypes": ["float32"], "timeout": 20})
+    + op_toml(
+        "segv",
+        module="ops:segv",
+        reference="ops:reference",
+        layouts=["contiguous"],
+        distributions=["normal"],
+        iterations=1,
+        extra="seeds = @SEGV_SEEDS@",
+        inputs={"x": ["N"]},
+        dims={"N": (2, 40, 8)},
+    )
+    + op_toml("abort", module="ops:abort", reference="ops:reference", iterations=2, inputs={"x": ["N"]}, dims={"N": 3})
+    + op_toml(
+        "hang",
+        module="ops:hang",
+        reference="ops:reference",
+        layouts=["contiguous"],
+        distributions=["normal"],
+        iterations=4,
+        timeout=1,
+        inputs={"x": ["N"]},
+        dims={"N": [4, 5, 8, 7]},
+    )
+    + op_toml("refcrash", module="ops:ok", reference="refs/crash.py", iterations=2, inputs={"x": ["N"]}, dims={"N": 4})
+    + op_toml(
+        "syntax", module="later_broken:op", reference="ops:reference", iterations=2, inputs={"x": ["N"]}, dims={"N": 4}
+    )
+    + op_toml(
+        "raises_at_import",
+        module="raises_at_import:op",
+        reference="ops:reference",
+        iterations=2,
+        inputs={"x": ["N"]},
+        dims={"N": 4},
+    )
+    + op_toml("client", reference="ops:reference", execution_mode="client_side", inputs={"x": ["N"]}, dims={"N": 4})
+    + op_toml("good", module="ops:ok", reference="ops:reference", iterations=8, dims={"B": (1, 4, 2), "N": (1, 64, 16)})
+    + op_toml(
+        "bad", module="ops:bad_tail", reference="ops:reference", iterations=8, dims={"B": (1, 4, 2), "N": (1, 64, 16)}
+    )
+    + op_toml("slow", module="ops:slow", reference="ops:reference", iterations=200, inputs={"x": ["N"]}, dims={"N": 4})
+)
 
 OPS = """
 import ctypes
