@@ -7,23 +7,17 @@ Everything here drives the product from outside: `python -m gpuemu_ls ...` (the 
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+from kit.cli import NO_USER_CONFIG, VENV_BIN, check, env, gpuemu, jdoc, out
+from kit.workspace import EXAMPLES, copy_example, copy_workspace, load_toml, write_files
+from kit.workspace import REPO as ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
-EXAMPLES = ROOT / "examples"
 CUDA_DATA = ROOT / "tests" / "data" / "cuda"
-VENV_BIN = Path(sys.executable).parent
 
 #: the nine bug classes of examples/buggy (each op X has a twin X_ok)
 BUGGY_OPS = (
@@ -37,49 +31,6 @@ BUGGY_OPS = (
     "masked_softmax_nan",
     "variance_empty_split",
 )
-
-#: no user defaults (~/.config/gpuemu/config.toml) leak into the runs: this path can never exist
-NO_USER_CONFIG = str(Path(os.devnull) / "gpuemu-user-config.toml")
-
-_CHECK = "import sys; from gpuemu_ls.cli import server_main; sys.exit(server_main(sys.argv[1:]))"
-
-
-def env(**extra: str) -> dict[str, str]:
-    """The test process's environment with the venv's scripts (gpuemu, gpuemu-ls) first on PATH."""
-    e = dict(os.environ)
-    e["PATH"] = f"{VENV_BIN}{os.pathsep}{e.get('PATH', '')}"
-    e.pop("GPUEMU_STORE", None)
-    e.setdefault("GPUEMU_USER_CONFIG", NO_USER_CONFIG)
-    e.update(extra)
-    return e
-
-
-def gpuemu(
-    *args: str, cwd: Path, timeout: float = 600, environ: dict[str, str] | None = None
-) -> subprocess.CompletedProcess:
-    """`gpuemu ARGS` (python -m gpuemu_ls) in ``cwd``."""
-    return subprocess.run(
-        [sys.executable, "-m", "gpuemu_ls", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-        env=environ or env(),
-    )
-
-
-def check(*args: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess:
-    """`gpuemu-ls --check ARGS` through the server entry point (the same function the script calls)."""
-    return subprocess.run(
-        [sys.executable, "-c", _CHECK, "--check", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-        env=env(),
-    )
 
 
 def shell(script: str, cwd: Path, timeout: float = 600, **extra: str) -> subprocess.CompletedProcess:
@@ -100,43 +51,6 @@ def standalone(python: Path, script: Path, cwd: Path) -> subprocess.CompletedPro
     return subprocess.run(
         [str(python), "-I", str(script)], cwd=cwd, capture_output=True, text=True, timeout=300, check=False
     )
-
-
-def out(proc: subprocess.CompletedProcess) -> str:
-    """stdout and stderr tails, for assertion messages."""
-    return f"rc={proc.returncode}\n--- stdout\n{proc.stdout[-4000:]}\n--- stderr\n{proc.stderr[-4000:]}"
-
-
-def jdoc(proc: subprocess.CompletedProcess) -> dict[str, Any]:
-    try:
-        return json.loads(proc.stdout)
-    except json.JSONDecodeError as exc:  # pragma: no cover - shown on failure only
-        raise AssertionError(f"not JSON ({exc}):\n{out(proc)}") from None
-
-
-def copy_example(name: str, dest: Path) -> Path:
-    """A copy of examples/NAME (without any store or cache) at ``dest``; examples/ is never written."""
-    shutil.copytree(EXAMPLES / name, dest, ignore=shutil.ignore_patterns(".gpuemu", "__pycache__", "gpuemu-baselines"))
-    return dest
-
-
-def copy_workspace(src: Path, dest: Path) -> Path:
-    """A copy of a test workspace including its store (the copy evolves on its own)."""
-    shutil.copytree(src, dest, ignore=shutil.ignore_patterns("__pycache__"))
-    return dest
-
-
-def write_files(root: Path, files: dict[str, str]) -> Path:
-    root.mkdir(parents=True, exist_ok=True)
-    for rel, text in files.items():
-        p = root / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(text, encoding="utf-8")
-    return root
-
-
-def load_toml(ws: Path) -> dict[str, Any]:
-    return tomllib.loads((ws / "gpuemu.toml").read_text(encoding="utf-8"))
 
 
 def op_table(ws: Path, name: str) -> dict[str, Any]:
@@ -301,3 +215,34 @@ def validate_sarif(log: dict[str, Any], schema_file: Path) -> None:
     cls.check_schema(schema)
     errors = sorted(cls(schema, format_checker=cls.FORMAT_CHECKER).iter_errors(log), key=lambda e: list(e.path))
     assert not errors, "\n".join(f"{list(e.path)}: {e.message[:300]}" for e in errors[:10])
+
+
+__all__ = [
+    "BUGGY_OPS",
+    "CUDA_DATA",
+    "EXAMPLES",
+    "NO_USER_CONFIG",
+    "ROOT",
+    "VENV_BIN",
+    "check",
+    "copy_example",
+    "copy_workspace",
+    "env",
+    "gpuemu",
+    "have_nvcc",
+    "jdoc",
+    "line_of",
+    "load_toml",
+    "make_mixed_workspace",
+    "normalized",
+    "numel",
+    "op_table",
+    "ops_header_line",
+    "out",
+    "shell",
+    "standalone",
+    "swap_module",
+    "validate_junit",
+    "validate_sarif",
+    "write_files",
+]

@@ -26,6 +26,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from kit.ops import DOUBLE_PY
+from kit.workspace import write_ws
 from lsprotocol import types as lsp
 
 REPO = Path(__file__).resolve().parents[2]
@@ -257,26 +259,7 @@ def op_block(
     )
 
 
-def write_ws(root: Path, toml: str, files: dict[str, str] | None = None) -> Path:
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "gpuemu.toml").write_text(toml, encoding="utf-8")
-    for rel, text in (files or {}).items():
-        p = root / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(text, encoding="utf-8")
-    return root
-
-
-GOOD_PY = """import numpy as np
-
-
-def double(x):
-    return x * 2
-
-
-def reference(x):
-    return np.asarray(x, dtype=np.float64) * 2.0
-"""
+GOOD_PY = DOUBLE_PY
 
 
 def good_ws(root: Path, *, name: str = "good", quick: int = 2, ops: int = 1, validation: str = "") -> Path:
@@ -295,10 +278,6 @@ def line_of(path: Path, needle: str) -> int:
 
 
 # --- the store -----------------------------------------------------------------------------------
-def db_path(root: Path) -> Path:
-    return root / ".gpuemu" / "gpuemu.db"
-
-
 def connect(path: Path) -> sqlite3.Connection:
     conn = sqlite3.connect(str(path), timeout=60)
     conn.execute("PRAGMA busy_timeout = 60000")
