@@ -501,11 +501,12 @@ MUST_BE_INVALID_PARAMS = [
 def handled_requests() -> tuple[set[str], set[str]]:
     """The requests and commands the server handles, read from the server itself (every feature it can
     register, pygls' built-in ones included), so a request added later is covered or this test fails."""
-    from gpuemu_ls.server import _register_optional_features, create_server
+    from gpuemu_ls.features.registration import register_optional_features
+    from gpuemu_ls.server import create_server
 
     server = create_server()
     server.protocol.client_capabilities = relkit.CAPS  # the client the live servers of this suite have
-    _register_optional_features(server)  # default options: every optional feature
+    register_optional_features(server)  # default options: every optional feature
     fm = server.protocol.fm
     requests = set()
     for method in {*fm.features, *fm.builtin_features}:
