@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import relkit
+from kit.store import db_path
 
 OPS = 3
 ITER = 4
@@ -66,7 +67,7 @@ async def test_server_two_clis_the_api_and_writers_lose_no_row(tmp_path: Path, c
         ),
         encoding="utf-8",
     )
-    db = relkit.db_path(root)
+    db = db_path(root)
     tag = relkit.new_tag()
     log = tmp_path / "server.log"
     client = await relkit.start_server(

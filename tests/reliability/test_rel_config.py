@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 import relkit
+from kit.store import db_path
 from lsprotocol import types as lsp
 
 BIG_OPS = 10_000
@@ -189,7 +190,7 @@ def template(module_tmp: Path) -> Path:
     root = relkit.good_ws(module_tmp / "template")
     proc = relkit.run_cli(root, "test", "--quick", "--no-progress")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert relkit.counts(relkit.db_path(root))["cases"] == 2
+    assert relkit.counts(db_path(root))["cases"] == 2
     return root
 
 
@@ -243,7 +244,7 @@ async def test_bad_config(name: str, template: Path, cases_dir: Path, server: An
     relkit.record("config", cases=1)
     root = cases_dir / name
     shutil.copytree(template, root)
-    db = relkit.db_path(root)
+    db = db_path(root)
     before = relkit.fingerprint(db)
     n_before = relkit.counts(db)
     line, regex = case.edit(root)
@@ -439,7 +440,7 @@ async def test_unicode_and_spaces_in_paths(cases_dir: Path, server: Any) -> None
     toml.write_text(broken, encoding="utf-8")
     cli = relkit.run_cli(root, "test", "--quick", "--no-progress")
     assert cli.returncode == 2 and f"{toml}:{line}:" in cli.stderr and "öp.py" in cli.stderr, cli.stderr
-    assert relkit.integrity(relkit.db_path(root)) == "ok"
+    assert relkit.integrity(db_path(root)) == "ok"
     assert await relkit.answers(server)
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 import relkit
+from kit.store import db_path
 
 WRITER = str(relkit.HERE / "store_writer.py")
 
@@ -129,7 +130,7 @@ def test_worker_kill9_mid_case_is_one_error_and_the_run_goes_on(
     assert err["kind"] == "op_crash" and "SIGKILL" in err["message"], err
     later = _pids(root)[1:]
     assert later and first not in later, f"the killed worker was not replaced: {_pids(root)}"
-    db = relkit.db_path(root)
+    db = db_path(root)
     assert relkit.integrity(db) == "ok"
     rows = relkit.store_rows(db, "SELECT status, kind FROM cases WHERE run_id = ?", (doc["run_id"],))
     assert sorted(rows) == [("error", "op_crash"), ("passed", None), ("passed", None), ("passed", None)], rows
@@ -173,7 +174,7 @@ def test_zygote_kill9_mid_case_costs_one_case(tmp_path: Path, cleanup_pids: list
     entry = json.loads(out.read_text(encoding="utf-8"))["ops"][0]
     assert entry["cases"] == 3 and entry["passed"] == 2 and entry["errors"] == 1, entry
     assert entry["failures"][0]["kind"] == "op_crash"
-    assert relkit.integrity(relkit.db_path(root)) == "ok"
+    assert relkit.integrity(db_path(root)) == "ok"
     assert relkit.wait_gone(relkit.tagged(tag), 15) == []
 
 
@@ -198,7 +199,7 @@ async def test_worker_kill9_in_the_server(tmp_path: Path) -> None:
         final = [s for s in client.op_states if s.get("name") == "slow" and s.get("state") == "error"]
         assert final and final[-1]["cases"] == 3, client.op_states[-3:]
         assert len(set(_pids(root))) >= 2
-        db = relkit.db_path(root)
+        db = db_path(root)
         assert relkit.integrity(db) == "ok"
         kinds = sorted(k or "" for (k,) in relkit.store_rows(db, "SELECT kind FROM cases"))
         assert kinds == ["", "", "op_crash"], kinds
@@ -215,12 +216,12 @@ def _populated(root: Path) -> dict[str, Any]:
     """Give the store earlier rows (a real CLI run of another op), and return their fingerprint."""
     proc = relkit.run_cli(root, "test", "--quick", "--iterations", "2", "--no-progress", "--op", "wrong_big")
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    return relkit.fingerprint(relkit.db_path(root))
+    return relkit.fingerprint(db_path(root))
 
 
 def _consistent_after_kill(root: Path, before: dict[str, Any], planned: int) -> int:
     """Integrity, every earlier row, and all-or-nothing for the killed run; returns rows of the killed run."""
-    db = relkit.db_path(root)
+    db = db_path(root)
     assert relkit.integrity(db) == "ok"
     problems = relkit.intact_since(db, before)
     relkit.record("rows", written=len(before["cases"]), lost=sum(p.startswith("cases") for p in problems))
@@ -235,13 +236,13 @@ def _consistent_after_kill(root: Path, before: dict[str, Any], planned: int) -> 
 def _reopen_and_write(root: Path) -> None:
     proc = relkit.run_cli(root, "test", "--quick", "--iterations", "1", "--no-progress")
     assert proc.returncode == 1 and relkit.no_traceback(proc.stdout + proc.stderr), proc.stdout + proc.stderr
-    assert relkit.integrity(relkit.db_path(root)) == "ok"
+    assert relkit.integrity(db_path(root)) == "ok"
 
 
 def test_cli_kill9_mid_write_leaves_a_consistent_store(tmp_path: Path, cleanup_pids: list[int]) -> None:
     root = big_ws(tmp_path / "ws")
     before = _populated(root)
-    db = relkit.db_path(root)
+    db = db_path(root)
     wal0 = _wal_size(db)
     tag = relkit.new_tag()
     proc = subprocess.Popen(
@@ -272,7 +273,7 @@ def test_cli_kill9_mid_write_leaves_a_consistent_store(tmp_path: Path, cleanup_p
 async def test_server_kill9_mid_write_leaves_a_consistent_store(tmp_path: Path) -> None:
     root = big_ws(tmp_path / "ws")
     before = _populated(root)
-    db = relkit.db_path(root)
+    db = db_path(root)
     wal0 = _wal_size(db)
     tag = relkit.new_tag()
     client = await relkit.start_server(root, env=relkit.child_env({relkit.TAG_VAR: tag}))
@@ -390,7 +391,7 @@ def test_full_disk_writer_gets_a_clear_error_and_no_corruption(tmp_path: Path) -
 def test_full_disk_cli_run_says_so_and_keeps_the_store(tmp_path: Path) -> None:
     root = big_ws(tmp_path / "ws", iterations=6)
     before = _populated(root)
-    db = relkit.db_path(root)
+    db = db_path(root)
     limit = db.stat().st_size + _wal_size(db) + 300_000
     proc = relkit.run_cli(root, "test", "--quick", "--no-progress", preexec_fn=_fsize(limit))
     relkit.record("faults", full_disk=1)
@@ -470,7 +471,7 @@ async def test_a_corrupt_store_is_a_clear_error_not_a_crash(tmp_path: Path, dama
     traceback), the server reports it and keeps answering."""
     relkit.record("faults", corrupt_store=1)
     root = relkit.good_ws(tmp_path / "ws")
-    db = relkit.db_path(root)
+    db = db_path(root)
     db.parent.mkdir(mode=0o700)
     junk = os.urandom(20_000)
     db.write_bytes(junk if damage == "random_bytes" else b"SQLite format 3\x00" + junk)

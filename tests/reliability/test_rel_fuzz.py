@@ -23,6 +23,7 @@ import pytest
 import relkit
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
+from kit.store import db_path
 from lsprotocol import types as lsp
 
 #: Bounded for CI and derandomized, so the figures are stable; GPUEMU_FUZZ_EXAMPLES=500 GPUEMU_FUZZ_RANDOM=1
@@ -103,7 +104,7 @@ def harness(tmp_path: Path) -> Any:
     assert alive_before_close, "the server died during fuzzing"
     assert code == 0, f"the server did not shut down cleanly after fuzzing: {code}"
     assert left == [], "processes outlived the fuzzed server"
-    db = relkit.db_path(h.root)
+    db = db_path(h.root)
     if db.exists():
         assert relkit.integrity(db) == "ok"
 
@@ -602,7 +603,7 @@ async def test_every_request_answers_params_of_the_wrong_shape(tmp_path: Path) -
         assert await relkit.answers(client, root)
         assert relkit.alive(client.server_pid)
         assert relkit.worker_pids(client.server_pid) == [], "a request of the wrong shape started a run"
-        assert not relkit.db_path(root).exists(), "a request of the wrong shape ran an op"
+        assert not db_path(root).exists(), "a request of the wrong shape ran an op"
         # shutdown with params of a wrong shape: answered; afterwards every request gets an error; exit ends it
         kind, _ = await raw.send("shutdown", [1, 2])
         assert kind in ("result", "error")

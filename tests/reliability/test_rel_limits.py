@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 import relkit
+from kit.store import db_path
 
 PROBE_PY = """import ctypes
 import os
@@ -253,7 +254,7 @@ def test_sigint_stops_the_cli_and_everything_it_started(tmp_path: Path, cleanup_
     assert proc.returncode == 130, (proc.returncode, out, err)
     assert relkit.no_traceback(out + err) and "interrupted" in err, err
     assert relkit.wait_gone(started, 15) == []
-    assert relkit.integrity(relkit.db_path(root)) == "ok"
+    assert relkit.integrity(db_path(root)) == "ok"
 
 
 @pytest.mark.asyncio

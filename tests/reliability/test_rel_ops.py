@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 import relkit
+from kit.store import db_path
 
 OPS_PY = """import os
 import sys
@@ -495,7 +496,7 @@ def test_gate_survives_the_catalogue(catalogue: GateRun) -> None:
     assert relkit.no_traceback(catalogue.stdout + catalogue.stderr), catalogue.stderr[-3000:]
     assert catalogue.entry("control_good")["status"] == "passed"
     assert {e["name"] for e in catalogue.doc["ops"]} == {"control_good", *BY_NAME}
-    db = relkit.db_path(catalogue.root)
+    db = db_path(catalogue.root)
     assert relkit.integrity(db) == "ok"
     stored = dict(relkit.store_rows(db, "SELECT op, count(*) FROM cases GROUP BY op"))
     assert all(stored.get(name, 0) >= 1 for name in ["control_good", *BY_NAME]), stored
@@ -545,7 +546,7 @@ async def test_server_reports_case(server: Any, catalogue: GateRun, name: str) -
     plus this run's."""
     case = BY_NAME[name]
     root = catalogue.root
-    db = relkit.db_path(root)
+    db = db_path(root)
     before, n_before = relkit.fingerprint(db), relkit.counts(db)
     got = await relkit.request(server, "gpuemu/runOps", {"ids": [f"op:{name}"], "mode": "quick", "iterations": 1})
     results = got["results"]

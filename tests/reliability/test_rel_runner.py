@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 import relkit
+from kit.store import db_path
 
 DIMS = "B = { min = 1, max = 4, default = 2 }\nN = { min = 2, max = 16, default = 8 }"
 GRACE = 5.0  # seconds a process may take to be gone after its owner exits (the machine is shared)
@@ -559,7 +560,7 @@ def test_script_errors_keep_their_stderr_and_crashes_their_line(tmp_path: Path) 
     assert got.returncode == 1 and relkit.no_traceback(got.stderr), got.stdout + got.stderr
     ops = {o["name"]: o["failures"][0] for o in json.loads(out.read_text(encoding="utf-8"))["ops"]}
     assert ops["exit_ref"]["kind"] == "reference_exit" and "status 3" in ops["exit_ref"]["message"], ops["exit_ref"]
-    details = dict(relkit.store_rows(relkit.db_path(root), "SELECT op, detail FROM cases"))
+    details = dict(relkit.store_rows(db_path(root), "SELECT op, detail FROM cases"))
     assert "weights missing" in details["exit_ref"], details["exit_ref"]
     assert "about to fail" in details["raise_ref"], details["raise_ref"]
     assert ops["raise_ref"]["kind"] == "reference_error" and "KeyError" in ops["raise_ref"]["message"]

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 import relkit
+from kit.store import db_path
 from lsprotocol import types as lsp
 
 PACKAGE = relkit.REPO / "gpuemu_ls"
@@ -128,7 +129,7 @@ async def test_untrusted_workspace_runs_no_code_in_the_server(tmp_path: Path) ->
         await __import__("asyncio").sleep(1.5)  # a watcher or poller that would start a run has had its chance
         assert marks(root) == [], "workspace code ran in an untrusted workspace"
         assert relkit.worker_pids(client.server_pid) == [] and relkit.zygote_pids(client.server_pid) == []
-        assert not relkit.db_path(root).exists(), "an untrusted workspace got a store written into it"
+        assert not db_path(root).exists(), "an untrusted workspace got a store written into it"
         # trust cannot be raised after initialize (test_trust_is_only_ever_lowered_after_initialize tries more)
         client.workspace_did_change_configuration(lsp.DidChangeConfigurationParams({"gpuemu": {"trusted": True}}))
         got = await relkit.request(client, "gpuemu/runOps", {"ids": ["op:scripted"]})
@@ -316,7 +317,7 @@ async def test_hover_shows_stored_text_as_text_never_as_markup(tmp_path: Path) -
     assert proc.returncode == 1, proc.stdout + proc.stderr
     from gpuemu_ls.engine.store.db import Store
 
-    store = Store(relkit.db_path(root))
+    store = Store(db_path(root))
     try:
         run = store.begin_run(
             source="api", mode="lint", seed=None, iterations=None, workspace=root, config_hash="", command=""
@@ -600,7 +601,7 @@ async def test_store_is_created_owner_only_even_with_a_permissive_umask(tmp_path
     root = relkit.good_ws(tmp_path / "ws")
     proc = relkit.run_cli(root, "test", "--quick", "--no-progress", preexec_fn=umask0)
     assert proc.returncode == 0, proc.stderr
-    db = relkit.db_path(root)
+    db = db_path(root)
     assert _mode(db.parent) == 0o700, oct(_mode(db.parent))
     assert _mode(db) == 0o600, oct(_mode(db))
     elsewhere = tmp_path / "custom" / "deep" / "store.db"

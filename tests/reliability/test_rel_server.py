@@ -119,7 +119,7 @@ async def test_exit_ends_the_server_within_a_second_whatever_runs(tmp_path: Path
     """A run of the largest allowed size (MAX_ITERATIONS cases: minutes of planning) and a case stuck in its
     worker: ``shutdown`` is answered promptly, ``exit`` ends the server, its zygote and its workers within a
     second (status 0 after shutdown, 1 without)."""
-    from gpuemu_ls.engine.config.load import MAX_ITERATIONS
+    from gpuemu_ls.engine.config.keys import MAX_ITERATIONS
 
     root = _slow_ws(tmp_path / "ws")
     tag = relkit.new_tag()
@@ -165,7 +165,7 @@ async def test_cancelling_a_huge_run_stops_its_planning(tmp_path: Path) -> None:
     stops (the server's CPU goes quiet) instead of running on for minutes."""
     from lsprotocol import types as lsp
 
-    from gpuemu_ls.engine.config.load import MAX_ITERATIONS
+    from gpuemu_ls.engine.config.keys import MAX_ITERATIONS
 
     root = _slow_ws(tmp_path / "ws")
     client = await relkit.start_server(root)
@@ -200,7 +200,8 @@ def test_iterations_have_one_maximum_in_engine_api_and_server_options(tmp_path: 
 
     from gpuemu_ls.api import Client
     from gpuemu_ls.engine.cases.plan import PlanCancelled, plan_cases
-    from gpuemu_ls.engine.config.load import MAX_ITERATIONS, load_config
+    from gpuemu_ls.engine.config.keys import MAX_ITERATIONS
+    from gpuemu_ls.engine.config.load import load_config
     from gpuemu_ls.engine.errors import UsageError
     from gpuemu_ls.engine.run.validate import plan_op
     from gpuemu_ls.options import ServerOptions

@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 import relkit
+from kit.store import db_path
 
 WRONG_PY = """import os
 import time
@@ -67,14 +68,14 @@ def template(module_tmp: Path) -> tuple[Path, int]:
     root = store_ws(module_tmp / "template")
     proc = relkit.run_cli(root, "test", "--quick", "--iterations", "40", "--no-progress")
     assert proc.returncode == 1 and relkit.no_traceback(proc.stdout + proc.stderr), proc.stderr
-    seed = relkit.store_rows(relkit.db_path(root), "SELECT seed FROM cases WHERE op = 'wrong' AND status = 'failed'")
+    seed = relkit.store_rows(db_path(root), "SELECT seed FROM cases WHERE op = 'wrong' AND status = 'failed'")
     return root, int(seed[0][0])
 
 
 def copy_ws(template: tuple[Path, int], dest: Path) -> tuple[Path, Path, int]:
     root, seed = template
     shutil.copytree(root, dest)
-    return dest, relkit.db_path(dest), seed
+    return dest, db_path(dest), seed
 
 
 def digest(*paths: Path) -> str:
@@ -347,7 +348,7 @@ def test_a_read_only_folder_without_a_store_reads_as_empty(tmp_path: Path, resto
     proc = relkit.run_cli(
         root, "test", "--quick", "--iterations", "1", "--no-progress", preexec_fn=relkit.drop_dac_caps
     )
-    store_error(proc, relkit.db_path(root))
+    store_error(proc, db_path(root))
 
 
 # --- a newer schema ----------------------------------------------------------------------------------
@@ -391,7 +392,7 @@ def test_a_full_disk_says_disk_full_and_keeps_every_stored_run(tmp_path: Path, f
     root = store_ws(tmp_path / "ws", big=True)
     first = relkit.run_cli(root, "test", "--quick", "--iterations", "1", "--op", "double", "--op", "wrong")
     assert first.returncode == 1, first.stderr
-    db = relkit.db_path(root)
+    db = db_path(root)
     before = relkit.fingerprint(db)
     wal = db.parent / (db.name + "-wal")
     limit = db.stat().st_size + (wal.stat().st_size if wal.exists() else 0) + 300_000
@@ -415,7 +416,7 @@ def test_a_full_disk_before_the_store_exists(tmp_path: Path) -> None:
     root = store_ws(tmp_path / "ws")
     proc = relkit.run_cli(root, "test", "--quick", "--iterations", "1", "--no-progress", preexec_fn=_fsize(1000))
     relkit.record("faults", full_disk=1)
-    store_error(proc, relkit.db_path(root), "disk full")
+    store_error(proc, db_path(root), "disk full")
     left = [p.name for p in (root / ".gpuemu").iterdir()] if (root / ".gpuemu").exists() else []
     half_made = [n for n in left if n.startswith(".") and n != ".gitignore"]  # the folder's own .gitignore stays
     assert not half_made, f"a half-made store was left behind: {left}"
@@ -450,7 +451,7 @@ def test_a_run_killed_with_kill9_reads_as_interrupted(
     tmp_path: Path, face: str, cleanup_pids: list[int], restore_modes: list[Path]
 ) -> None:
     root = store_ws(tmp_path / "ws")
-    db = relkit.db_path(root)
+    db = db_path(root)
     tag = relkit.new_tag()
     env = relkit.child_env({relkit.TAG_VAR: tag, "SLOW_SECONDS": "30"})
     args = ["--quick", "--iterations", "4", "--op", "slow", "--no-progress"]
