@@ -9,17 +9,9 @@ import shlex
 import sys
 from pathlib import Path
 
-from .engine.config.load import (
-    CONFIG_NAME,
-    MAX_ITERATIONS,
-    MAX_JOBS,
-    MAX_SEED,
-    Config,
-    check_budget,
-    find_workspace,
-    load_config,
-    parse_duration,
-)
+from .engine.config.keys import CONFIG_NAME, MAX_ITERATIONS, MAX_JOBS, MAX_SEED, check_budget, parse_duration
+from .engine.config.load import find_workspace, load_config
+from .engine.config.model import Config
 from .engine.errors import UsageError
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2

@@ -40,7 +40,9 @@ from .args import (
 from .console import Progress
 from .engine.cases.generate import generate_inputs
 from .engine.cases.plan import mode_filter
-from .engine.config.load import CONFIG_NAME, Config, find_workspace, load_config
+from .engine.config.keys import CONFIG_NAME
+from .engine.config.load import find_workspace, load_config
+from .engine.config.model import Config
 from .engine.errors import ConfigError, UsageError
 from .engine.report.baseline import baseline_path, from_document, load_baseline, regressions, write_baseline
 from .engine.report.formats import FORMATS, render

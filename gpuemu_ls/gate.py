@@ -28,7 +28,7 @@ from .args import (
     seed_arg,
 )
 from .console import Progress
-from .engine.config.load import Config
+from .engine.config.model import Config
 from .engine.errors import ConfigError, UsageError
 from .engine.report.formats import FORMATS, render
 from .engine.store.db import StoreError

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from .engine.config.load import MAX_ITERATIONS, MAX_JOBS
+from .engine.config.keys import MAX_ITERATIONS, MAX_JOBS
 
 MODES = ("quick", "thorough")
 WATCH = ("auto", "client", "server", "off")

@@ -26,7 +26,9 @@ import numpy as np
 from ..engine import dtypes as dt
 from ..engine.cases.generate import generate_inputs
 from ..engine.cases.plan import CaseSpec, derive_case, iter_seeds, mode_filter
-from ..engine.config.load import CONFIG_NAME, Config, OpConfig, find_workspace, load_config
+from ..engine.config.keys import CONFIG_NAME
+from ..engine.config.load import find_workspace, load_config
+from ..engine.config.model import Config, OpConfig
 from ..engine.errors import ConfigError, Problem, UsageError
 from ..engine.oracle.outcome import OpOutcome
 from ..engine.run import runners

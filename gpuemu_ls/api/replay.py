@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..engine.cases.plan import CaseSpec
-from ..engine.config.load import Config, OpConfig
+from ..engine.config.model import Config, OpConfig
 from ..engine.oracle.compare import Comparison
 from ..engine.private_files import check_name
 from ..engine.report.lines import KIND_TEXT

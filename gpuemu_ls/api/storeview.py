@@ -17,7 +17,7 @@ from typing import Any
 
 from .._version import __version__
 from ..engine.cases.plan import CaseSpec
-from ..engine.config.load import Config
+from ..engine.config.model import Config
 from ..engine.oracle.outcome import CaseResult
 from ..engine.store.db import Store
 from .replay import stored_comparisons

@@ -17,7 +17,7 @@ from typing import Any
 
 from lsprotocol import types as lsp
 
-from ..engine.config.load import Config, OpConfig
+from ..engine.config.model import Config, OpConfig
 from ..engine.report.lines import KIND_TEXT, replay_command
 from ..session.workspace import OpView, WorkspaceSession
 from .ranges import kernel_header_range, line_range, op_header_range, op_target, problem_range, reference_target

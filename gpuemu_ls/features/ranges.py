@@ -8,7 +8,8 @@ from pathlib import Path
 
 from lsprotocol import types as lsp
 
-from ..engine.config.load import Config, OpConfig, is_callable_ref, module_file
+from ..engine.config.model import Config, OpConfig, is_callable_ref
+from ..engine.config.modules import module_file
 from ..engine.config.tomlpos import Span
 from ..engine.errors import Problem
 

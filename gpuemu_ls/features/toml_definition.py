@@ -7,7 +7,7 @@ from pathlib import Path
 
 from lsprotocol import types as lsp
 
-from ..engine.config.load import is_callable_ref
+from ..engine.config.model import is_callable_ref
 from .ranges import callable_target
 from .toml_context import analyze, string_at
 

@@ -13,8 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..engine.config.load import CONFIG_NAME, Config, load_config
+from ..engine.config.keys import CONFIG_NAME
+from ..engine.config.load import load_config
 from ..engine.config.locations import op_files
+from ..engine.config.model import Config
 from ..engine.errors import ConfigError, Problem
 from ..engine.store.db import Store, StoreError, store_path
 

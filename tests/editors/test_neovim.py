@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from gpuemu_ls.engine.config.load import DISTRIBUTIONS
+from gpuemu_ls.engine.config.keys import DISTRIBUTIONS
 
 try:
     import tomllib

@@ -12,7 +12,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from gpuemu_ls.engine.config import load as cfgmod
+from gpuemu_ls.engine.config import keys as cfgkeys
+from gpuemu_ls.engine.config.load import load_config
 from gpuemu_ls.engine import dtypes as dt
 from gpuemu_ls.engine.errors import ConfigError
 
@@ -62,19 +63,19 @@ def test_schema_is_valid_draft7() -> None:
 )
 def test_schema_keys_are_the_engines(where: str, keys: set[str]) -> None:
     engine = {
-        "top level": cfgmod._TOP_KEYS,
-        "project": cfgmod._PROJECT_KEYS,
-        "validation": cfgmod._VALIDATION_KEYS,
-        "op": cfgmod._OP_KEYS,
-        "input": cfgmod._INPUT_KEYS,
-        "kernel": cfgmod._KERNEL_KEYS,
-        "artifactChecks": cfgmod._CHECK_KEYS,
-        "policies": cfgmod._POLICY_KEYS,
-        "ci": cfgmod._CI_KEYS,
-        "ci.quick": cfgmod._CI_QUICK_KEYS,
-        "cuda": cfgmod._CUDA_KEYS,
-        "tolerance": cfgmod._TOL_KEYS,
-        "dim": cfgmod._DIM_KEYS,
+        "top level": cfgkeys._TOP_KEYS,
+        "project": cfgkeys._PROJECT_KEYS,
+        "validation": cfgkeys._VALIDATION_KEYS,
+        "op": cfgkeys._OP_KEYS,
+        "input": cfgkeys._INPUT_KEYS,
+        "kernel": cfgkeys._KERNEL_KEYS,
+        "artifactChecks": cfgkeys._CHECK_KEYS,
+        "policies": cfgkeys._POLICY_KEYS,
+        "ci": cfgkeys._CI_KEYS,
+        "ci.quick": cfgkeys._CI_QUICK_KEYS,
+        "cuda": cfgkeys._CUDA_KEYS,
+        "tolerance": cfgkeys._TOL_KEYS,
+        "dim": cfgkeys._DIM_KEYS,
     }[where]
     assert keys == set(engine)
 
@@ -82,11 +83,11 @@ def test_schema_keys_are_the_engines(where: str, keys: set[str]) -> None:
 def test_schema_enums_are_the_engines() -> None:
     assert DEFS["floatDtype"]["enum"] == list(dt.FLOAT_NAMES)
     assert DEFS["dtype"]["enum"] == list(dt.ALL_NAMES)
-    assert DEFS["framework"]["enum"] == list(cfgmod.FRAMEWORKS)
-    assert DEFS["layout"]["enum"] == list(cfgmod.LAYOUTS)
-    assert DEFS["distribution"]["enum"] == list(cfgmod.DISTRIBUTIONS)
-    assert DEFS["invariant"]["enum"] == list(cfgmod.INVARIANTS)
-    assert DEFS["op"]["properties"]["execution_mode"]["enum"] == list(cfgmod.EXECUTION_MODES)
+    assert DEFS["framework"]["enum"] == list(cfgkeys.FRAMEWORKS)
+    assert DEFS["layout"]["enum"] == list(cfgkeys.LAYOUTS)
+    assert DEFS["distribution"]["enum"] == list(cfgkeys.DISTRIBUTIONS)
+    assert DEFS["invariant"]["enum"] == list(cfgkeys.INVARIANTS)
+    assert DEFS["op"]["properties"]["execution_mode"]["enum"] == list(cfgkeys.EXECUTION_MODES)
     assert set(DEFS["tolerances"]["properties"]) == set(dt.FLOAT_NAMES)
 
 
@@ -141,5 +142,5 @@ def test_schema_rejects_what_the_engine_rejects(case: str, tmp_path: Path) -> No
     found = errors(tomllib.loads(text))
     assert found and any(word in e for e in found), found
     with pytest.raises(ConfigError) as exc:
-        cfgmod.load_config(ws)
+        load_config(ws)
     assert word in str(exc.value)

@@ -19,7 +19,8 @@ from gpuemu_ls.engine.cases.plan import (
     structure_needs,
     tiled_dims,
 )
-from gpuemu_ls.engine.config.load import check_budget, format_duration, load_config, parse_duration
+from gpuemu_ls.engine.config.keys import check_budget, format_duration, parse_duration
+from gpuemu_ls.engine.config.load import load_config
 from gpuemu_ls.engine.errors import ConfigError
 from gpuemu_ls.engine.run.budgeted import DEFAULT_BUDGET, allocate, resolve
 

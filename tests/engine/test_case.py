@@ -12,7 +12,8 @@ import pytest
 from kit.ops import op_toml, project_toml
 
 from gpuemu_ls.engine.cases.plan import CaseSpec, derive_case, shape_of
-from gpuemu_ls.engine.config.load import Config, OpConfig, load_config
+from gpuemu_ls.engine.config.load import load_config
+from gpuemu_ls.engine.config.model import Config, OpConfig
 from gpuemu_ls.engine.run import wire
 from gpuemu_ls.engine.run.case import CaseContext, CaseResult, run_case
 from gpuemu_ls.engine.run.frameworks import Adapter

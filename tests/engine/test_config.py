@@ -9,15 +9,9 @@ import pytest
 
 from gpuemu_ls.engine import dtypes as dt
 from gpuemu_ls.engine.cases.generate import Domain, value_domain
-from gpuemu_ls.engine.config.load import (
-    DISTRIBUTIONS,
-    ArtifactChecksConfig,
-    DimSpec,
-    InputSpec,
-    Tolerance,
-    load_config,
-    resolve_tolerance,
-)
+from gpuemu_ls.engine.config.keys import DISTRIBUTIONS
+from gpuemu_ls.engine.config.load import load_config
+from gpuemu_ls.engine.config.model import ArtifactChecksConfig, DimSpec, InputSpec, Tolerance, resolve_tolerance
 from gpuemu_ls.engine.errors import ConfigError, Problem
 
 OPS_PY = """
@@ -600,7 +594,7 @@ def test_an_op_range_may_name_a_dim_and_uses_it(workspace) -> None:
 
 
 def test_ulp_tolerance_resolves_as_a_whole_statement(workspace) -> None:
-    from gpuemu_ls.engine.config.load import resolve_bound
+    from gpuemu_ls.engine.config.model import resolve_bound
 
     text = (
         "[validation.tolerances]\nbfloat16 = { atol = 1e-2, rtol = 1e-2 }\nfloat32 = { ulp = 2 }\n"

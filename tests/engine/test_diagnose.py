@@ -9,7 +9,8 @@ import pytest
 from kit.ops import op_toml, project_toml
 
 from gpuemu_ls.engine.cases.plan import CaseSpec, derive_case, shape_of
-from gpuemu_ls.engine.config.load import Config, OpConfig, load_config
+from gpuemu_ls.engine.config.load import load_config
+from gpuemu_ls.engine.config.model import Config, OpConfig
 from gpuemu_ls.engine.oracle.diagnose import confirm, diagnose_cases, find_condition
 from gpuemu_ls.engine.run.case import CaseContext, CaseResult, run_case
 from gpuemu_ls.engine.run.confirm import variant_spec

@@ -12,7 +12,9 @@ import pytest
 from gpuemu_ls.engine import dtypes as dt
 from gpuemu_ls.engine.cases.generate import _cast, generate_inputs, make_layout, with_layout
 from gpuemu_ls.engine.cases.plan import CaseSpec, derive_case, shape_of
-from gpuemu_ls.engine.config.load import DISTRIBUTIONS, OpConfig, load_config
+from gpuemu_ls.engine.config.keys import DISTRIBUTIONS
+from gpuemu_ls.engine.config.load import load_config
+from gpuemu_ls.engine.config.model import OpConfig
 
 GEN_TOML = """
 [validation]

@@ -20,7 +20,9 @@ from gpuemu_ls.engine.cases.plan import (
     plan_thorough,
     regular_values,
 )
-from gpuemu_ls.engine.config.load import DISTRIBUTIONS, DimSpec, OpConfig, load_config
+from gpuemu_ls.engine.config.keys import DISTRIBUTIONS
+from gpuemu_ls.engine.config.load import load_config
+from gpuemu_ls.engine.config.model import DimSpec, OpConfig
 from gpuemu_ls.engine.run.validate import plan_op
 
 GOLDEN_TOML = """

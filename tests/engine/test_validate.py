@@ -11,7 +11,8 @@ import pytest
 from kit.ops import op_toml, project_toml
 
 from gpuemu_ls.engine.cases.plan import derive_case
-from gpuemu_ls.engine.config.load import Config, load_config
+from gpuemu_ls.engine.config.load import load_config
+from gpuemu_ls.engine.config.model import Config
 from gpuemu_ls.engine.run.validate import RunOptions, RunResult, crash_site, run_validation, this_case_stderr
 from gpuemu_ls.engine.run.worker import CASE_MARK
 from gpuemu_ls.engine.store.db import Store

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from gatekit import copy_example, env, gpuemu, jdoc, out
 
-from gpuemu_ls.engine.config.load import MAX_JOBS
+from gpuemu_ls.engine.config.keys import MAX_JOBS
 from gpuemu_ls.engine.run.cpus import available_cpus, cgroup_cpu_quota, resolve_jobs
 
 RESOLVE = (

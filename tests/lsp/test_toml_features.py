@@ -14,7 +14,7 @@ from lspkit import GpuemuClient, apply_text_edits, line_of, uri_of
 from lsprotocol import types as lsp
 
 from gpuemu_ls.engine.config import keydocs
-from gpuemu_ls.engine.config.load import DISTRIBUTIONS, LAYOUTS
+from gpuemu_ls.engine.config.keys import DISTRIBUTIONS, LAYOUTS
 
 OP, TWIN, MATMUL = "softmax_tail_mask", "softmax_tail_mask_ok", "matmul_acc_overwrite"
 

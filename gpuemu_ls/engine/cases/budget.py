@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ..config.load import OpConfig
+from ..config.model import OpConfig
 from .plan import STRATEGIES, CaseSpec, Need, derive_case
 
 #: Cases run before an op is planned to its budget: enough to see a fixed and a per-element cost.

@@ -76,7 +76,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import dtypes as dt
-from ..config.load import InputSpec, OpConfig
+from ..config.model import InputSpec, OpConfig
 from .plan import CaseSpec
 from .rng import Stream
 

@@ -50,7 +50,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import dtypes as dt
-from ..config.load import MAX_ITERATIONS, DimSpec, OpConfig
+from ..config.keys import MAX_ITERATIONS
+from ..config.model import DimSpec, OpConfig
 from ..errors import UsageError
 from .rng import Stream
 

@@ -4,7 +4,7 @@ in gpuemu.toml read it, so every editor has the docs the VS Code JSON schema giv
 
 ``TABLES`` maps a table's schema path to its keys and their one-line docs: ``("ops",)`` is an
 ``[[ops]]`` entry, ``"*"`` stands for a name the user picks (``[ops.inputs.x]`` is ``("ops", "inputs",
-"*")``). Which keys a table has is the checker's business (:data:`KEYS`, read from :mod:`.load`, so
+"*")``). Which keys a table has is the checker's business (:data:`KEYS`, read from :mod:`.keys`, so
 completion never offers a key the checker refuses); the texts are the schema's
 (``editors/vscode/schemas/gpuemu.schema.json``, which ships only with VS Code), and a test holds every
 key the checker accepts documented here.
@@ -13,8 +13,29 @@ key the checker accepts documented here.
 from __future__ import annotations
 
 from ..dtypes import ALL_NAMES, FLOAT_NAMES
-from . import load
-from .load import CALL_STYLES, COSTS, DISTRIBUTIONS, EXECUTION_MODES, FRAMEWORKS, INVARIANTS, LAYOUTS, SIGNS
+from .keys import (
+    _CHECK_KEYS,
+    _CI_KEYS,
+    _CI_QUICK_KEYS,
+    _CUDA_KEYS,
+    _DIM_KEYS,
+    _INPUT_KEYS,
+    _KERNEL_KEYS,
+    _OP_KEYS,
+    _POLICY_KEYS,
+    _PROJECT_KEYS,
+    _TOL_KEYS,
+    _TOP_KEYS,
+    _VALIDATION_KEYS,
+    CALL_STYLES,
+    COSTS,
+    DISTRIBUTIONS,
+    EXECUTION_MODES,
+    FRAMEWORKS,
+    INVARIANTS,
+    LAYOUTS,
+    SIGNS,
+)
 
 TABLES: dict[tuple[str, ...], dict[str, str]] = {
     (): {
@@ -221,27 +242,27 @@ TABLES[("ops", "dims", "*")].update(
 TABLES[("ci",)]["budget"] = 'Seconds for a thorough run\'s ops: a number, "90s", "5m", or "off".'
 TABLES[("ci", "quick")]["budget"] = 'Seconds for a --quick run\'s ops: a number, "90s", "5m", or "off".'
 
-#: The keys each table accepts, as the checker in :mod:`.load` has them.
+#: The keys each table accepts, as the checker in :mod:`.checker` has them (from :mod:`.keys`).
 KEYS: dict[tuple[str, ...], frozenset[str]] = {
     path: frozenset(keys)
     for path, keys in {
-        (): load._TOP_KEYS,
-        ("project",): load._PROJECT_KEYS,
-        ("validation",): load._VALIDATION_KEYS,
+        (): _TOP_KEYS,
+        ("project",): _PROJECT_KEYS,
+        ("validation",): _VALIDATION_KEYS,
         ("validation", "tolerances"): set(TABLES[("validation", "tolerances")]),
-        ("validation", "tolerances", "*"): load._TOL_KEYS,
-        ("ops",): load._OP_KEYS,
-        ("ops", "inputs", "*"): load._INPUT_KEYS,
-        ("ops", "dims", "*"): load._DIM_KEYS,
+        ("validation", "tolerances", "*"): _TOL_KEYS,
+        ("ops",): _OP_KEYS,
+        ("ops", "inputs", "*"): _INPUT_KEYS,
+        ("ops", "dims", "*"): _DIM_KEYS,
         ("ops", "tolerances"): set(TABLES[("ops", "tolerances")]),
-        ("ops", "tolerances", "*"): load._TOL_KEYS,
-        ("kernels",): load._KERNEL_KEYS,
-        ("kernels", "artifact_checks"): load._CHECK_KEYS,
-        ("policies",): load._POLICY_KEYS,
-        ("ci",): load._CI_KEYS,
-        ("ci", "quick"): load._CI_QUICK_KEYS,
-        ("cuda",): load._CUDA_KEYS,
-        ("cuda", "artifact_checks"): load._CHECK_KEYS,
+        ("ops", "tolerances", "*"): _TOL_KEYS,
+        ("kernels",): _KERNEL_KEYS,
+        ("kernels", "artifact_checks"): _CHECK_KEYS,
+        ("policies",): _POLICY_KEYS,
+        ("ci",): _CI_KEYS,
+        ("ci", "quick"): _CI_QUICK_KEYS,
+        ("cuda",): _CUDA_KEYS,
+        ("cuda", "artifact_checks"): _CHECK_KEYS,
     }.items()
 }
 

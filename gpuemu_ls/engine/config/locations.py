@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .load import Config, KernelConfig, OpConfig, is_callable_ref, module_file, top_level_names
+from .model import Config, KernelConfig, OpConfig, is_callable_ref
+from .modules import module_file, top_level_names
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ..cases.plan import CaseSpec
-    from ..config.load import DimSpec, OpConfig
+    from ..config.model import DimSpec, OpConfig
     from .outcome import CaseResult, OpOutcome
 
 #: Confirmation cases per failing op, at most.

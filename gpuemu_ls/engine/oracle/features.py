@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from .. import dtypes as dt
-from ..config.load import OpConfig
+from ..config.model import OpConfig
 from .compare import Comparison
 
 HEAT_ROWS, HEAT_COLS = 8, 32

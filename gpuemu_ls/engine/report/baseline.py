@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..._version import __version__
-from ..config.load import Config
+from ..config.model import Config
 from ..errors import UsageError
 from ..private_files import check_name, write_private
 

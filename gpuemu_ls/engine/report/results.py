@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from ..._version import __version__
-from ..config.load import Config, format_duration
+from ..config.keys import format_duration
 from ..config.locations import op_entry, op_source, reference_source
+from ..config.model import Config
 from ..oracle.outcome import CaseResult, OpOutcome
 from ..run.validate import RunResult
 from .lines import replay_command

@@ -11,7 +11,7 @@ import json
 import time
 from typing import Any
 
-from ..config.load import Config
+from ..config.model import Config
 from ..oracle.outcome import PHASES
 from .lines import replay_command
 

@@ -37,7 +37,7 @@ from ..cases.budget import (
     work,
 )
 from ..cases.plan import CaseSpec, Need, minimum_needs, quick_needs, run_filter, structure_needs
-from ..config.load import Config, OpConfig
+from ..config.model import Config, OpConfig
 from ..oracle.outcome import CaseResult, OpOutcome, op_status
 
 #: Seconds per op when no budget is set, by mode. 100 thorough cases of a numpy op take well under a second

@@ -24,7 +24,7 @@ from .. import dtypes as dt
 from ..cases.generate import CaseInputs, generate_inputs, with_layout
 from ..cases.plan import CaseSpec
 from ..cases.rng import Stream
-from ..config.load import OpConfig, ValidationConfig, resolve_bound
+from ..config.model import OpConfig, ValidationConfig, resolve_bound
 from ..oracle.compare import CaseFacts, Comparison, Working, compare_output
 from ..oracle.features import input_features, output_features
 from ..oracle.invariants import check_invariants

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..cases.plan import CaseSpec, shape_of
-from ..config.load import Config, OpConfig
+from ..config.model import Config, OpConfig
 from ..oracle.outcome import CaseResult
 
 

@@ -9,7 +9,7 @@ runner limited to 2 CPUs by its cgroup on a 64-core host would otherwise start 6
   and every cgroup above it, or v1 ``cpu.cfs_quota_us / cpu.cfs_period_us``;
 * with ``memory_limit_mb`` set, how many workers at that cap fit in the machine's (or cgroup's) memory;
 
-and at least 1, at most :data:`~gpuemu_ls.engine.config.load.MAX_JOBS`. Unreadable files count as no limit.
+and at least 1, at most :data:`~gpuemu_ls.engine.config.keys.MAX_JOBS`. Unreadable files count as no limit.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import math
 import os
 from pathlib import Path
 
-from ..config.load import MAX_JOBS
+from ..config.keys import MAX_JOBS
 
 AUTO = "auto"
 CGROUP_ROOT = Path("/sys/fs/cgroup")

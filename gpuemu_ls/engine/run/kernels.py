@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..config.load import ArtifactChecksConfig, Config, KernelConfig
+from ..config.model import ArtifactChecksConfig, Config, KernelConfig
 
 
 def _checks(c: ArtifactChecksConfig) -> Any:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ..cases.plan import CaseSpec
-from ..config.load import OpConfig, ValidationConfig
+from ..config.model import OpConfig, ValidationConfig
 from ..oracle.outcome import CaseResult
 from . import contain
 from .zygote import ForkedProcess, get_zygote, python_cmd

@@ -23,7 +23,8 @@ import numpy as np
 
 from ..cases.generate import generate_inputs
 from ..cases.plan import CaseSpec, derive_case, plan_cases
-from ..config.load import MAX_ITERATIONS, Config, OpConfig
+from ..config.keys import MAX_ITERATIONS
+from ..config.model import Config, OpConfig
 from ..errors import UsageError
 from ..oracle.diagnose import diagnose
 from ..oracle.outcome import CaseResult, OpOutcome, op_status

@@ -20,7 +20,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 
 from ..cases.plan import CaseSpec
-from ..config.load import OpConfig, ValidationConfig
+from ..config.model import OpConfig, ValidationConfig
 from . import contain, runners, shadow
 from .case import CaseContext, run_case_guarded
 from .runners import CallError, ScriptRunner

@@ -31,7 +31,8 @@ import numpy as np
 from .. import dtypes as dt
 from ..cases.plan import CaseSpec, mode_filter
 from ..config.edits import set_tolerances
-from ..config.load import Config, OpConfig, load_config, resolve_tolerance
+from ..config.load import load_config
+from ..config.model import Config, OpConfig, resolve_tolerance
 from ..errors import ConfigError, UsageError
 from ..oracle.outcome import CaseResult, OpOutcome
 from ..run.validate import RunOptions, plan_op, run_validation

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..config.load import Config
+from ..config.model import Config
 from ..errors import UsageError
 from ..oracle.outcome import CaseResult
 from ..report.baseline import baseline_path, load_baseline, regressions

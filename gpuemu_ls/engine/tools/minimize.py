@@ -22,7 +22,7 @@ import numpy as np
 
 from ..cases.generate import generate_inputs
 from ..cases.plan import CaseSpec, shape_of
-from ..config.load import Config, OpConfig
+from ..config.model import Config, OpConfig
 from ..errors import UsageError
 from ..oracle.outcome import CaseResult
 from ..run.supervisor import Cancelled, SetupFailed, Worker, WorkerLost

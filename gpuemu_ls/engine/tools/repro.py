@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..cases.plan import CaseSpec
-from ..config.load import Config, OpConfig, is_callable_ref, resolve_bound
+from ..config.model import Config, OpConfig, is_callable_ref, resolve_bound
 from ..oracle.outcome import CaseResult
 from ..private_files import check_name, write_private
 

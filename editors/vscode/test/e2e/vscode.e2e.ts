@@ -765,7 +765,7 @@ async function main(): Promise<number> {
       const expected = JSON.parse(
         execFileSync(
           fs.existsSync(venvPython) ? venvPython : "python3",
-          ["-c", "import json; from gpuemu_ls.engine.config.load import DISTRIBUTIONS; print(json.dumps(list(DISTRIBUTIONS)))"],
+          ["-c", "import json; from gpuemu_ls.engine.config.keys import DISTRIBUTIONS; print(json.dumps(list(DISTRIBUTIONS)))"],
           { encoding: "utf8", timeout: 60_000, cwd: REPO },
         ),
       ) as string[];

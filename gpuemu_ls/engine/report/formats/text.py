@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...config.load import format_duration
+from ...config.keys import format_duration
 from ..lines import KIND_TEXT
 
 WORD = {"passed": "PASS", "failed": "FAIL", "error": "ERROR", "not_run": "NOT RUN", "cancelled": "CANCELLED"}

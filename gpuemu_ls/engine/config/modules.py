@@ -1,0 +1,78 @@
+"""Workspace modules read without running them: where a ``module:function`` reference's module lies on disk,
+and which names its top level binds (read with ``ast``, cached by file and modification time).
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+from pathlib import Path
+
+
+def module_file(root: Path, module: str) -> Path | None:
+    """The file of a workspace module ``a.b`` (``a/b.py`` or ``a/b/__init__.py``), found without importing."""
+    base = root.joinpath(*module.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _syntax_error_at(file: Path) -> str:
+    try:
+        ast.parse(file.read_text(encoding="utf-8"), filename=str(file))
+    except SyntaxError as exc:
+        return f"{file.name}:{exc.lineno}" + (f":{exc.offset}" if exc.offset else "") + f" ({exc.msg})"
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        return f"{file.name} ({exc})"
+    return file.name
+
+
+def top_level_names(file: Path) -> dict[str, int] | None:
+    """Names bound at a module's top level with their 1-based line ("*" for a star import); None if unparsable.
+
+    Cached by file and modification time: a workspace with thousands of ops in one module parses it once.
+    """
+    try:
+        st = file.stat()
+    except OSError:
+        return None
+    return _top_level_names(str(file), st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=512)
+def _top_level_names(filename: str, _mtime_ns: int, _size: int) -> dict[str, int] | None:
+    file = Path(filename)
+    try:
+        tree = ast.parse(file.read_text(encoding="utf-8"), filename=str(file))
+    except (SyntaxError, OSError, UnicodeDecodeError, ValueError):
+        return None
+    names: dict[str, int] = {}
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.setdefault(node.name, node.lineno)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                for n in ast.walk(t):
+                    if isinstance(n, ast.Name):
+                        names.setdefault(n.id, node.lineno)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                names.setdefault(alias.asname or alias.name.split(".")[0], node.lineno)
+        elif isinstance(node, (ast.If, ast.Try, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith)):
+            for sub in ast.walk(node):
+                if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    names.setdefault(sub.name, sub.lineno)
+                elif isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store):
+                    names.setdefault(sub.id, sub.lineno)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue  # a call inside a function runs when it is called, not at import
+        for sub in ast.walk(node):  # names made at import time: globals()[k] = ..., setattr(module, ...), exec
+            if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name) and sub.func.id in _DYNAMIC_CALLS:
+                names.setdefault("?", sub.lineno)
+    return names
+
+
+#: Calls at a module's top level that may bind names a static read cannot see.
+_DYNAMIC_CALLS = {"globals", "setattr", "exec", "vars", "locals"}
