@@ -8,36 +8,31 @@ import hashlib
 import ml_dtypes
 import numpy as np
 import pytest
+from kit.ops import identity_py, op_toml, project_toml
+from kit.workspace import load_op
 
 from gpuemu_ls.engine import dtypes as dt
 from gpuemu_ls.engine.cases.generate import _cast, generate_inputs, make_layout, with_layout
 from gpuemu_ls.engine.cases.plan import CaseSpec, derive_case, shape_of
 from gpuemu_ls.engine.config.keys import DISTRIBUTIONS
-from gpuemu_ls.engine.config.load import load_config
 from gpuemu_ls.engine.config.model import OpConfig
 
-GEN_TOML = """
-[validation]
-dtypes = ["float32", "float16", "bfloat16"]
+#: t: an int64 input ranged by N
+T_INT = {"shape": ["B"], "dtype": "int64", "range": [0, "N"]}
 
-[[ops]]
-name = "gen"
-module = "ops:op"
-reference = "ops:ref"
 
-[ops.inputs.x]
-shape = ["B", "N"]
+def gen_toml(inputs: dict[str, object] | None = None, **dims: object) -> str:
+    """Op gen: x (B x N) and ``inputs`` (default: t, ints in [0, N)), dims B, N and ``dims``."""
+    return project_toml(validation={"dtypes": ["float32", "float16", "bfloat16"]}) + op_toml(
+        "gen",
+        module="ops:op",
+        reference="ops:ref",
+        inputs={"x": ["B", "N"], **(inputs or {"t": T_INT})},
+        dims={"B": (1, 16, 4), "N": (1, 64, 16), **dims},
+    )
 
-[ops.inputs.t]
-shape = ["B"]
-dtype = "int64"
-range = [0, "N"]
 
-[ops.dims]
-B = { min = 1, max = 16, default = 4 }
-N = { min = 1, max = 64, default = 16 }
-"""
-OPS_PY = "def op(x, t):\n    return x\n\ndef ref(x, t):\n    return x\n"
+OPS_PY = identity_py("x", "t")
 
 # sha256 of the logical bytes of x and t for (gen, seed), computed once and pasted; seeds 0..17 are one
 # window of the distribution axis, so every distribution has a golden case.
@@ -192,9 +187,7 @@ GOLDEN = [
 @pytest.fixture(scope="module")
 def gen_op(tmp_path_factory: pytest.TempPathFactory) -> OpConfig:
     root = tmp_path_factory.mktemp("gen")
-    (root / "gpuemu.toml").write_text(GEN_TOML)
-    (root / "ops.py").write_text(OPS_PY)
-    return load_config(root, user_config=root / "none.toml").op("gen")
+    return load_op(root, gen_toml(), "gen", {"ops.py": OPS_PY}, user_config=root / "none.toml")
 
 
 def spec_with(op: OpConfig, seed: int = 0, **changes: object) -> CaseSpec:
@@ -341,12 +334,7 @@ def test_special_values_are_always_present(gen_op: OpConfig) -> None:
 
 
 def test_shared_dims_are_equal_across_inputs(tmp_path) -> None:
-    text = GEN_TOML.replace(
-        '[ops.inputs.t]\nshape = ["B"]\ndtype = "int64"\nrange = [0, "N"]\n', '[ops.inputs.w]\nshape = ["N", "D"]\n'
-    ).replace("N = { min = 1, max = 64, default = 16 }", "N = { min = 1, max = 64, default = 16 }\nD = [3, 5]")
-    (tmp_path / "gpuemu.toml").write_text(text)
-    (tmp_path / "ops.py").write_text("def op(x, w):\n    return x\n\ndef ref(x, w):\n    return x\n")
-    op = load_config(tmp_path).op("gen")
+    op = load_op(tmp_path, gen_toml({"w": ["N", "D"]}, D=[3, 5]), "gen", {"ops.py": identity_py("x", "w")})
     for seed in range(20):
         inputs = generate_inputs(op, derive_case(op, seed))
         x, w = inputs.logical["x"], inputs.logical["w"]
@@ -365,13 +353,7 @@ def test_ranged_int_inputs_stay_in_their_half_open_range(gen_op: OpConfig) -> No
 
 
 def test_float_input_with_a_numeric_range(tmp_path) -> None:
-    text = GEN_TOML.replace(
-        '[ops.inputs.t]\nshape = ["B"]\ndtype = "int64"\nrange = [0, "N"]\n',
-        '[ops.inputs.t]\nshape = ["B"]\nrange = [2.0, 3.0]\n',
-    )
-    (tmp_path / "gpuemu.toml").write_text(text)
-    (tmp_path / "ops.py").write_text(OPS_PY)
-    op = load_config(tmp_path).op("gen")
+    op = load_op(tmp_path, gen_toml({"t": {"shape": ["B"], "range": [2.0, 3.0]}}), "gen", {"ops.py": OPS_PY})
     inside: set[str] = set()
     for seed in range(len(DISTRIBUTIONS)):  # one window: every distribution once
         spec = derive_case(op, seed)
@@ -396,12 +378,7 @@ def test_zero_size_dims_work(gen_op: OpConfig, dist: str, layout: str) -> None:
 
 
 def test_scalar_inputs_are_zero_dimensional(tmp_path) -> None:
-    text = GEN_TOML.replace(
-        '[ops.inputs.t]\nshape = ["B"]\ndtype = "int64"\nrange = [0, "N"]\n', "[ops.inputs.t]\nshape = []\n"
-    )
-    (tmp_path / "gpuemu.toml").write_text(text)
-    (tmp_path / "ops.py").write_text(OPS_PY)
-    op = load_config(tmp_path).op("gen")
+    op = load_op(tmp_path, gen_toml({"t": {"shape": []}}), "gen", {"ops.py": OPS_PY})
     spec = derive_case(op, 1)
     assert spec.shapes["t"] == ()
     inputs = generate_inputs(op, spec)
@@ -591,42 +568,30 @@ def test_boundary_has_every_special_value_once_there_is_room(gen_op: OpConfig, d
 
 # --- value domains -----------------------------------------------------------------------------
 
-DOMAIN_TOML = """
-[validation]
-dtypes = ["float32", "float16", "bfloat16"]
 
-[[ops]]
-name = "dom"
-module = "ops:op"
-reference = "ops:ref"
-{op_keys}
-
-[ops.inputs.x]
-shape = ["B", "N"]
-{input_keys}
-
-[ops.dims]
-B = {{ min = 1, max = 16, default = 4 }}
-N = {{ min = 1, max = 64, default = 16 }}
-"""
-
-
-def domain_op(tmp_path, op_keys: str = "", input_keys: str = "") -> OpConfig:
-    (tmp_path / "gpuemu.toml").write_text(DOMAIN_TOML.format(op_keys=op_keys, input_keys=input_keys))
-    (tmp_path / "ops.py").write_text("def op(x):\n    return x\n\ndef ref(x):\n    return x\n")
-    return load_config(tmp_path, user_config=tmp_path / "none.toml").op("dom")
+def domain_op(tmp_path, op_keys: dict[str, object] | None = None, x: dict[str, object] | None = None) -> OpConfig:
+    """Op dom (x: B x N) with ``op_keys`` in its entry and ``x`` in x's table."""
+    text = project_toml(validation={"dtypes": ["float32", "float16", "bfloat16"]}) + op_toml(
+        "dom",
+        module="ops:op",
+        reference="ops:ref",
+        **(op_keys or {}),
+        inputs={"x": {"shape": ["B", "N"], **(x or {})}},
+        dims={"B": (1, 16, 4), "N": (1, 64, 16)},
+    )
+    return load_op(tmp_path, text, "dom", {"ops.py": identity_py("x")}, user_config=tmp_path / "none.toml")
 
 
 @pytest.mark.parametrize("dist", DISTRIBUTIONS)
 def test_domain_bounds_hold_for_every_distribution(tmp_path, dist: str) -> None:
-    op = domain_op(tmp_path, "scale = 0.5\noffset = 0.25", 'sign = "positive"\nrange = [-2, 3]')
+    op = domain_op(tmp_path, {"scale": 0.5, "offset": 0.25}, {"sign": "positive", "range": [-2, 3]})
     for dtype in ("float32", "float16", "bfloat16"):
         x = gen(op, 1, dtype=dtype, distribution=dist, dims={"B": 8, "N": 33})
         v = x[~np.isnan(x)]
         assert np.all((v >= 0) & (v <= 3)) and not np.any(np.signbit(v)), (dist, dtype)
         if dist not in ("nan_payloads", "special"):
             assert not np.isnan(x).any()
-    neg = domain_op(tmp_path, 'sign = "negative"')
+    neg = domain_op(tmp_path, {"sign": "negative"})
     x = gen(neg, 1, distribution=dist, dims={"B": 8, "N": 33})
     assert not np.any(x[~np.isnan(x)] > 0)
 
@@ -634,7 +599,7 @@ def test_domain_bounds_hold_for_every_distribution(tmp_path, dist: str) -> None:
 def test_scale_and_offset_are_exact_before_the_one_rounding(tmp_path) -> None:
     base = gen(domain_op(tmp_path), 2, dtype="float64", distribution="normal", dims={"B": 4, "N": 8})
     scaled = gen(
-        domain_op(tmp_path, "scale = 3.0\noffset = -1.5"),
+        domain_op(tmp_path, {"scale": 3.0, "offset": -1.5}),
         2,
         dtype="float64",
         distribution="normal",
@@ -642,14 +607,14 @@ def test_scale_and_offset_are_exact_before_the_one_rounding(tmp_path) -> None:
     )
     assert np.array_equal(scaled, base * 3.0 - 1.5)
     # the input's own fields win over the op's, field by field
-    mixed = domain_op(tmp_path, "scale = 3.0\noffset = -1.5", "scale = 2.0")
+    mixed = domain_op(tmp_path, {"scale": 3.0, "offset": -1.5}, {"scale": 2.0})
     assert np.array_equal(
         gen(mixed, 2, dtype="float64", distribution="normal", dims={"B": 4, "N": 8}), base * 2.0 - 1.5
     )
 
 
 def test_range_bounds_large_and_boundary_towards_its_ends(tmp_path) -> None:
-    op = domain_op(tmp_path, input_keys="range = [-3.0, 10.0]")
+    op = domain_op(tmp_path, x={"range": [-3.0, 10.0]})
     for dtype in ("float32", "float16", "bfloat16"):
         x = gen(op, 3, dtype=dtype, distribution="large", dims={"B": 16, "N": 64})
         assert np.all((x >= -3) & (x <= 10))
@@ -657,18 +622,18 @@ def test_range_bounds_large_and_boundary_towards_its_ends(tmp_path) -> None:
         assert np.median(np.abs(x)) > 1.0
         b = gen(op, 3, dtype=dtype, distribution="boundary", dims={"B": 2, "N": 7})
         assert np.all((b >= -3) & (b <= 10)) and {-3.0, 10.0, 0.0} <= set(b.ravel().tolist())
-    one_sided = domain_op(tmp_path, input_keys="range = [2.0, 3.0]")
+    one_sided = domain_op(tmp_path, x={"range": [2.0, 3.0]})
     x = gen(one_sided, 4, distribution="large", dims={"B": 16, "N": 64})
     assert np.all((x >= 2) & (x <= 3)) and x.max() > 2.95
 
 
 def test_large_without_range_scales_with_the_domain(tmp_path) -> None:
     plain = gen(domain_op(tmp_path), 5, dtype="float64", distribution="large", dims={"B": 4, "N": 8})
-    scaled = gen(domain_op(tmp_path, "scale = 0.25"), 5, dtype="float64", distribution="large", dims={"B": 4, "N": 8})
+    scaled = gen(domain_op(tmp_path, {"scale": 0.25}), 5, dtype="float64", distribution="large", dims={"B": 4, "N": 8})
     assert np.array_equal(scaled, plain * 0.25)
 
 
 def test_a_domain_never_turns_a_finite_value_into_inf(tmp_path) -> None:
-    op = domain_op(tmp_path, "scale = 1000.0")
+    op = domain_op(tmp_path, {"scale": 1000.0})
     x = gen(op, 6, dtype="float16", distribution="boundary", dims={"B": 4, "N": 16})
     assert np.all(np.isfinite(x)) and np.abs(x).max() == dt.FLOAT_INFO["float16"].max_value

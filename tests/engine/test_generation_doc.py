@@ -12,11 +12,12 @@ from typing import Any
 
 import numpy as np
 import pytest
+from kit.ops import identity_py, op_toml
+from kit.workspace import load_op
 
 from gpuemu_ls.engine.cases import plan
 from gpuemu_ls.engine.cases.generate import generate_inputs
 from gpuemu_ls.engine.cases.rng import Stream, inv_normal_cdf, stream_key, tabled_normal
-from gpuemu_ls.engine.config.load import load_config
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -212,27 +213,16 @@ def test_the_documented_constants_are_the_codes() -> None:
 
 # --- section 5: which streams a case reads -----------------------------------------------------------------
 
-CASE_TOML = """
-[[ops]]
-name = "gen"
-module = "ops:op"
-reference = "ops:ref"
-dtypes = ["float64", "float32", "float16"]
-layouts = ["contiguous", "transposed"]
-distributions = ["normal", "uniform", "large"]
-
-[ops.inputs.x]
-shape = ["B", "N"]
-
-[ops.inputs.idx]
-shape = ["B"]
-dtype = "int64"
-range = [0, "N"]
-
-[ops.dims]
-B = { min = 1, max = 8, default = 3 }
-N = { min = 1, max = 64, default = 16 }
-"""
+CASE_TOML = op_toml(
+    "gen",
+    module="ops:op",
+    reference="ops:ref",
+    dtypes=["float64", "float32", "float16"],
+    layouts=["contiguous", "transposed"],
+    distributions=["normal", "uniform", "large"],
+    inputs={"x": ["B", "N"], "idx": {"shape": ["B"], "dtype": "int64", "range": [0, "N"]}},
+    dims={"B": (1, 8, 3), "N": (1, 64, 16)},
+)
 
 
 def _window_pick(op: str, axis: str, seed: int, options: list[str]) -> str:
@@ -241,9 +231,7 @@ def _window_pick(op: str, axis: str, seed: int, options: list[str]) -> str:
 
 
 def test_a_case_is_the_documented_window_picks_and_streams(tmp_path: Path) -> None:
-    (tmp_path / "gpuemu.toml").write_text(CASE_TOML, encoding="utf-8")
-    (tmp_path / "ops.py").write_text("def op(x, idx):\n    return x\n\ndef ref(x, idx):\n    return x\n")
-    op = load_config(tmp_path).op("gen")
+    op = load_op(tmp_path, CASE_TOML, "gen", {"ops.py": identity_py("x", "idx")})
     normal_float64 = 0
     for seed in range(48):
         spec = plan.derive_case(op, seed)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from kit.ops import identity_py, op_toml, project_toml
+from kit.workspace import load_op, write_ws
 
 from gpuemu_ls.engine.cases.plan import (
     QUICK_STRATEGIES,
@@ -25,27 +27,20 @@ from gpuemu_ls.engine.config.load import load_config
 from gpuemu_ls.engine.config.model import DimSpec, OpConfig
 from gpuemu_ls.engine.run.validate import plan_op
 
-GOLDEN_TOML = """
-[validation]
-dtypes = ["float32", "float16", "bfloat16"]
 
-[[ops]]
-name = "golden"
-module = "ops:op"
-reference = "ops:ref"
+def golden_toml(d: list[int] | None = None, **keys: object) -> str:
+    """The golden op (x: B x N, w: N x D) with ``keys`` added to its entry and D's candidates ``d``."""
+    return project_toml(validation={"dtypes": ["float32", "float16", "bfloat16"]}) + op_toml(
+        "golden",
+        module="ops:op",
+        reference="ops:ref",
+        **keys,
+        inputs={"x": ["B", "N"], "w": ["N", "D"]},
+        dims={"B": (1, 64, 8), "N": (1, 4096, 1024), "D": d or [16, 32, 64]},
+    )
 
-[ops.inputs.x]
-shape = ["B", "N"]
 
-[ops.inputs.w]
-shape = ["N", "D"]
-
-[ops.dims]
-B = { min = 1, max = 64, default = 8 }
-N = { min = 1, max = 4096, default = 1024 }
-D = [16, 32, 64]
-"""
-OPS_PY = "def op(x, w):\n    return x\n\ndef ref(x, w):\n    return x\n"
+OPS_PY = identity_py("x", "w")
 
 # derive_case(golden, seed) for seeds 0..15, computed once and pasted: a change breaks every replay by seed.
 GOLDEN = [
@@ -71,9 +66,7 @@ GOLDEN = [
 @pytest.fixture(scope="module")
 def golden_op(tmp_path_factory: pytest.TempPathFactory) -> OpConfig:
     root = tmp_path_factory.mktemp("plan-golden")
-    (root / "gpuemu.toml").write_text(GOLDEN_TOML)
-    (root / "ops.py").write_text(OPS_PY)
-    return load_config(root, user_config=root / "none.toml").op("golden")
+    return load_op(root, golden_toml(), "golden", {"ops.py": OPS_PY}, user_config=root / "none.toml")
 
 
 @pytest.mark.parametrize(("seed", "strategy", "dtype", "layout", "dist", "dims"), GOLDEN)
@@ -195,23 +188,14 @@ def test_cover_minimums_takes_every_dim_to_its_minimum_keeping_the_count(golden_
 
 
 def _budget_op(tmp_path) -> OpConfig:
-    text = """
-[[ops]]
-name = "big"
-module = "ops:op"
-reference = "ops:ref"
-[ops.inputs.x]
-shape = ["M", "K"]
-[ops.inputs.w]
-shape = ["K", "D"]
-[ops.dims]
-M = { min = 1, max = 1048576, default = 1048576 }
-K = { min = 3, max = 1048576, default = 65536 }
-D = [1024, 2048]
-"""
-    (tmp_path / "gpuemu.toml").write_text(text)
-    (tmp_path / "ops.py").write_text(OPS_PY)
-    return load_config(tmp_path).op("big")
+    text = op_toml(
+        "big",
+        module="ops:op",
+        reference="ops:ref",
+        inputs={"x": ["M", "K"], "w": ["K", "D"]},
+        dims={"M": (1, 1048576, 1048576), "K": (3, 1048576, 65536), "D": [1024, 2048]},
+    )
+    return load_op(tmp_path, text, "big", {"ops.py": OPS_PY})
 
 
 def test_element_budget_halves_the_largest_dims(tmp_path) -> None:
@@ -242,10 +226,7 @@ def test_element_budget_only_shrinks_dims_of_the_oversized_input(tmp_path) -> No
 
 
 def test_quick_filter_only_yields_allowed_cases_and_pinned_seeds_come_first(tmp_path) -> None:
-    text = GOLDEN_TOML.replace('reference = "ops:ref"', 'reference = "ops:ref"\nseeds = [2, 7]')
-    (tmp_path / "gpuemu.toml").write_text(text)
-    (tmp_path / "ops.py").write_text(OPS_PY)
-    op = load_config(tmp_path).op("golden")
+    op = load_op(tmp_path, golden_toml(seeds=[2, 7]), "golden", {"ops.py": OPS_PY})
     accept = mode_filter(op, dtypes=("float32",), strategies=QUICK_STRATEGIES)
     specs = list(iter_seeds(op, 0, 10, accept=accept))
     assert [s.seed for s in specs[:2]] == [2, 7]  # pinned first, never filtered (seed 2 is bfloat16)
@@ -269,25 +250,17 @@ def test_iter_seeds_from_a_base_seed(golden_op: OpConfig) -> None:
 
 
 def test_fixed_and_range_input_distribution(tmp_path) -> None:
-    text = """
-[[ops]]
-name = "xent"
-module = "ops:op"
-reference = "ops:ref"
-[ops.inputs.x]
-shape = ["B", "C"]
-distributions = ["normal", "uniform"]
-[ops.inputs.t]
-shape = ["B"]
-dtype = "int64"
-range = [0, "C"]
-[ops.dims]
-B = { min = 1, max = 8, default = 4 }
-C = { min = 2, max = 16, default = 10 }
-"""
-    (tmp_path / "gpuemu.toml").write_text(text)
-    (tmp_path / "ops.py").write_text("def op(x, t):\n    return x\n\ndef ref(x, t):\n    return x\n")
-    op = load_config(tmp_path).op("xent")
+    text = op_toml(
+        "xent",
+        module="ops:op",
+        reference="ops:ref",
+        inputs={
+            "x": {"shape": ["B", "C"], "distributions": ["normal", "uniform"]},
+            "t": {"shape": ["B"], "dtype": "int64", "range": [0, "C"]},
+        },
+        dims={"B": (1, 8, 4), "C": (2, 16, 10)},
+    )
+    op = load_op(tmp_path, text, "xent", {"ops.py": identity_py("x", "t")})
     for s in range(24):
         spec = derive_case(op, s)
         assert spec.input_distributions["t"] == "range"
@@ -315,10 +288,7 @@ def test_thorough_plans_cover_each_structure_distribution_at_a_boundary_shape(go
 
 
 def test_structure_coverage_keeps_pinned_seeds_and_the_filter(tmp_path) -> None:
-    text = GOLDEN_TOML.replace('reference = "ops:ref"', 'reference = "ops:ref"\nseeds = [2, 7]')
-    (tmp_path / "gpuemu.toml").write_text(text)
-    (tmp_path / "ops.py").write_text(OPS_PY)
-    op = load_config(tmp_path).op("golden")
+    op = load_op(tmp_path, golden_toml(seeds=[2, 7]), "golden", {"ops.py": OPS_PY})
     f32 = mode_filter(op, dtypes=("float32",))
     specs = plan_thorough(op, 0, 30, accept=f32)
     assert [s.seed for s in specs[:2]] == [2, 7] and len(specs) == 32
@@ -331,36 +301,21 @@ def test_structure_coverage_keeps_pinned_seeds_and_the_filter(tmp_path) -> None:
 
 
 def test_candidate_dims_are_covered_at_their_smallest_candidate(tmp_path) -> None:
-    text = GOLDEN_TOML.replace("D = [16, 32, 64]", "D = [64, 32, 128]")
-    (tmp_path / "gpuemu.toml").write_text(text)
-    (tmp_path / "ops.py").write_text(OPS_PY)
-    op = load_config(tmp_path).op("golden")
+    op = load_op(tmp_path, golden_toml(d=[64, 32, 128]), "golden", {"ops.py": OPS_PY})
     defaults = list(iter_seeds(op, 0, 12, accept=mode_filter(op, strategies=("default",))))
     assert all(s.dims["D"] == 64 for s in defaults)
     covered = cover_minimums(op, defaults)
     assert len(covered) == 12 and any(s.dims["D"] == 32 for s in covered)
 
 
-QUICK_TOML = """
-[validation]
-dtypes = ["float32", "float16", "bfloat16"]
-{ci}
-[[ops]]
-name = "q"
-module = "ops:op"
-reference = "ops:ref"
-{op}
-[ops.inputs.x]
-shape = ["B", "N"]
-[ops.dims]
-B = {{ min = 1, max = 64, default = 8 }}
-N = {{ min = 1, max = 4096, default = 1024 }}
-"""
-
-
 def quick_plan(tmp_path, ci: str = "", op: str = "", iterations: int | None = None, seed: int | None = None):
-    (tmp_path / "gpuemu.toml").write_text(QUICK_TOML.format(ci=ci, op=op))
-    (tmp_path / "ops.py").write_text("def op(x):\n    return x\n\ndef ref(x):\n    return x\n")
+    """Plan op q (x: B x N) in quick mode; ``ci`` is raw TOML before the op, ``op`` raw keys of its entry."""
+    text = (
+        project_toml(validation={"dtypes": ["float32", "float16", "bfloat16"]})
+        + ci
+        + op_toml("q", module="ops:op", reference="ops:ref", extra=op, dims={"B": (1, 64, 8), "N": (1, 4096, 1024)})
+    )
+    write_ws(tmp_path, text, {"ops.py": identity_py("x")})
     cfg = load_config(tmp_path, user_config=tmp_path / "none.toml")
     return cfg, plan_op(cfg, cfg.op("q"), "quick", iterations, seed)
 

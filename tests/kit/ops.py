@@ -149,3 +149,9 @@ def double(x):
 def reference(x):
     return np.asarray(x, dtype=np.float64) * 2.0
 """
+
+
+def identity_py(*params: str) -> str:
+    """An ops.py whose ``op`` and ``ref`` take ``params`` and return the first (for plans and inputs only)."""
+    sig = ", ".join(params)
+    return f"def op({sig}):\n    return {params[0]}\n\ndef ref({sig}):\n    return {params[0]}\n"

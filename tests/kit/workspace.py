@@ -48,6 +48,13 @@ def copy_workspace(src: Path, dest: Path) -> Path:
     return dest
 
 
+def load_op(root: Path, toml: str, name: str, files: dict[str, str] | None = None, **load: Any) -> Any:
+    """Write the workspace (``write_ws``), load its config (``load_config(root, **load)``) and return op ``name``."""
+    from gpuemu_ls.engine.config.load import load_config
+
+    return load_config(write_ws(root, toml, files), **load).op(name)
+
+
 def load_toml(ws: Path) -> dict[str, Any]:
     """The workspace's gpuemu.toml, parsed."""
     return tomllib.loads((ws / "gpuemu.toml").read_text(encoding="utf-8"))
@@ -84,6 +91,7 @@ __all__ = [
     "copy_example",
     "copy_workspace",
     "isolated_env",
+    "load_op",
     "load_toml",
     "workspace",
     "write_files",
