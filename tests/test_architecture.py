@@ -5,6 +5,7 @@ imports itself back through another, lazy imports inside functions included."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -109,3 +110,18 @@ def test_no_import_cycles() -> None:
         if v not in index:
             visit(v)
     assert not cycles, f"import cycles: {cycles}"
+
+
+def test_the_architecture_page_names_every_module_and_nothing_that_is_gone() -> None:
+    """docs/architecture.md matches the tree: each module of the package is named in its table of rooms
+    (as `name.py` in its room's row), and each `name.py` the page names exists (in the package, or in the tests,
+    benchmarks and examples it points to)."""
+    page = (PACKAGE.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+    named = set(re.findall(r"`(?:[\w/]+/)?(\w+)\.py`", page))
+    files = {p.stem for p in PACKAGE.rglob("*.py") if p.name != "__init__.py" and "templates" not in p.parts}
+    files -= {"__main__", "_version"}
+    assert not files - named, f"modules the architecture page does not name: {sorted(files - named)}"
+    repo = PACKAGE.parent
+    elsewhere = {p.stem for d in ("tests", "benchmarks", "examples") for p in (repo / d).rglob("*.py")}
+    gone = named - files - elsewhere - {"__init__"}
+    assert not gone, f"modules the architecture page names that do not exist: {sorted(gone)}"
