@@ -597,18 +597,17 @@ class Client:
     ) -> FuzzResult:
         """The op's result over ``cases``; ``probe`` runs the diagnosis' confirmation cases in this process
         (an isolated run's outcome was diagnosed, confirmation included, in its worker)."""
-        from ..engine.oracle.diagnose import confirm, diagnose_cases
+        from ..engine.oracle.diagnose import diagnose_confirmed
 
         status = op_status(cases)
         message = ""
         if outcome is not None and outcome.setup_error:  # an isolated run could not load the op
             status = "failed" if status == "failed" else "error"
             message = outcome.message
-        probes = confirm(cases, op, probe) if probe is not None and status in ("failed", "error") else None
-        if outcome is not None and outcome.diagnosis:
-            diagnosis = outcome.diagnosis
+        if outcome is not None and outcome.diagnosis:  # an isolated run's, made in its worker (no probe here)
+            diagnosis, probes = outcome.diagnosis, None
         else:
-            diagnosis = diagnose_cases(cases, op, self.root, probes)
+            diagnosis, probes = diagnose_confirmed(cases, status, op, self.root, probe)
         if run is not None and probes:
             run.probes.setdefault(op.name, []).extend(probes)
         with self._lock:

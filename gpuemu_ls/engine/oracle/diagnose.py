@@ -238,22 +238,29 @@ def _separates(pred: Callable[[Any], bool | None], bad: list[Any], good: list[An
     return all(pred(c) is True for c in bad) and not any(pred(c) is True for c in good)
 
 
-def _conj(a: Predicate, b: Predicate) -> Predicate:
+def _joined(a: Predicate, b: Predicate, word: str, decides: bool, rank: int, sep: str, block: bool) -> Predicate:
+    """``a and b`` (``decides`` False: either side false makes it false) or ``a or b`` (``decides`` True), in
+    three-valued logic: undecided (None) when no side decides and a side cannot tell yet."""
+
     def test(c: Any) -> bool | None:
         x, y = a.test(c), b.test(c)
-        if x is False or y is False:
-            return False
-        return None if x is None or y is None else True
+        if x is decides or y is decides:
+            return decides
+        return None if x is None or y is None else not decides
 
     return Predicate(
-        f"{a.text} and {b.text}",
+        f"{a.text} {word} {b.text}",
         test,
-        10 + a.rank + b.rank,
+        rank + a.rank + b.rank,
         dim=a.dim or b.dim,
-        block=a.block or b.block,
+        block=(a.block or b.block) if block else None,
         threshold=a.threshold or b.threshold,
-        kind=f"{a.kind}+{b.kind}",
+        kind=f"{a.kind}{sep}{b.kind}",
     )
+
+
+def _conj(a: Predicate, b: Predicate) -> Predicate:
+    return _joined(a, b, "and", False, 10, "+", block=True)
 
 
 def candidates(bad: list[Any], good: list[Any]) -> list[Predicate]:
@@ -396,20 +403,7 @@ def _flips(pred: Predicate, bad: list[Any], good: list[Any], rivals: list[Predic
 
 
 def _disjoin(a: Predicate, b: Predicate) -> Predicate:
-    def test(c: Any) -> bool | None:
-        x, y = a.test(c), b.test(c)
-        if x is True or y is True:
-            return True
-        return None if x is None or y is None else False
-
-    return Predicate(
-        f"{a.text} or {b.text}",
-        test,
-        20 + a.rank + b.rank,
-        dim=a.dim or b.dim,
-        threshold=a.threshold or b.threshold,
-        kind=f"{a.kind}|{b.kind}",
-    )
+    return _joined(a, b, "or", True, 20, "|", block=False)
 
 
 def disjunctions(bad: list[Any], good: list[Any]) -> list[tuple[Predicate, Predicate, Predicate]]:
@@ -789,6 +783,10 @@ def _scale_hint(bad: list[CaseResult], medians: list[float]) -> str:
 _NUMERIC = {"mismatch", "unexpected_nan", "unexpected_inf", "missing_nan"}
 
 
+_OVERFLOW = "overflow at large magnitudes: likely no max-subtraction, or an fp16 intermediate"
+_MASKED = "fully masked (-inf) rows break it: likely NaN from 0/0"
+
+
 def _hint(cond: Predicate, kinds: set[str]) -> str:
     """What a condition usually means, for wrong answers only (errors say what happened instead)."""
     if not kinds <= _NUMERIC:
@@ -807,13 +805,13 @@ def _hint(cond: Predicate, kinds: set[str]) -> str:
     # of two conditions, the one on a shape or layout says more about the bug than a set of value kinds
     k = next((p for p in parts if p not in ("distribution", "dtype")), parts[0])
     if k == "magnitude":
-        return "overflow at large magnitudes: likely no max-subtraction, or an fp16 intermediate"
+        return _OVERFLOW
     if k == "ties" and (cond.threshold or 0) == 0:
         return "exact ties rounded away from zero instead of to nearest even (round-half-up on the bits)"
     if k == "ties":
         return "exact ties rounded toward zero instead of to nearest even (the discarded half truncated)"
     if k == "masked_row":
-        return "fully masked (-inf) rows break it: likely NaN from 0/0"
+        return _MASKED
     if k == "low_row":
         return (
             f"rows whose values all lie below -{cond.threshold} break it: likely a running max started at 0, or a "
@@ -827,9 +825,9 @@ def _hint(cond: Predicate, kinds: set[str]) -> str:
         if " != " in cond.text:
             return ""
         if "large" in cond.text:
-            return "overflow at large magnitudes: likely no max-subtraction, or an fp16 intermediate"
+            return _OVERFLOW
         if "masked_rows" in cond.text:
-            return "fully masked (-inf) rows break it: likely NaN from 0/0"
+            return _MASKED
         if "special" in cond.text:
             return "NaN/inf inputs are handled differently from the reference"
         if "constant_rows" in cond.text:
@@ -1000,9 +998,18 @@ def diagnose(outcome: OpOutcome, op: OpConfig, root: Path | None = None, probe: 
 
     Also sets ``outcome.condition`` (what calibration's refusal rule reads).
     """
-    probes = confirm(outcome.cases, op, probe) if probe is not None and outcome.status in ("failed", "error") else None
+    line, probes = diagnose_confirmed(outcome.cases, outcome.status, op, root, probe)
     outcome.condition = condition_of(outcome.cases, probes)
-    return diagnose_cases(outcome.cases, op, root, probes)
+    return line
+
+
+def diagnose_confirmed(
+    cases: list[CaseResult], status: str, op: OpConfig, root: Path | None = None, probe: Probe | None = None
+) -> tuple[str, list[CaseResult] | None]:
+    """The diagnosis line of cases whose op has ``status``, and the confirmation cases run for it: with
+    ``probe``, and only for a failed or erroring op (None: none ran)."""
+    probes = confirm(cases, op, probe) if probe is not None and status in ("failed", "error") else None
+    return diagnose_cases(cases, op, root, probes), probes
 
 
 def condition_of(cases: list[CaseResult], probes: list[CaseResult] | None) -> dict[str, Any] | None:
