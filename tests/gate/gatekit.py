@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from kit.cli import NO_USER_CONFIG, VENV_BIN, check, env, gpuemu, jdoc, out
+from kit.ops import kernel_toml, op_toml, project_toml
 from kit.workspace import EXAMPLES, copy_example, copy_workspace, load_toml, write_files
 from kit.workspace import REPO as ROOT
 
@@ -143,55 +144,30 @@ def double_raises(x):
     raise RuntimeError("kernel launch failed: too many resources requested")
 '''
 
-MIXED_TOML = """# gate acceptance tests: one op of each verdict and two kernels
-[project]
-name = "mixed"
-
-[validation]
-dtypes = ["float32"]
-
-[ci.quick]
-iterations = 12
-
-[[ops]]
-name = "double_ok"
-module = "ops:double_ok"
-reference = "ops:reference"
-
-[[ops]]
-name = "double_bad"
-module = "ops:double_bad"
-reference = "ops:reference"
-
-[[ops]]
-name = "double_raises"
-module = "ops:double_raises"
-reference = "ops:reference"
-
-[[ops]]
-name = "double_remote"
-execution_mode = "client_side"
-reference = "ops:reference"
-
-[[kernels]]
-name = "vector_add"
-source = "kernels/vector_add.cu"
-
-[[kernels]]
-name = "uses_printf"
-source = "kernels/forbidden.cu"
-
-[kernels.artifact_checks]
-forbidden_instructions = ["re:vprintf"]
-"""
+#: gate acceptance tests: one op of each verdict and two kernels
+MIXED_TOML = (
+    "# gate acceptance tests: one op of each verdict and two kernels\n"
+    + project_toml("mixed", validation={"dtypes": ["float32"]}, ci_quick={"iterations": 12})
+    + "".join(
+        op_toml(f"double_{v}", module=f"ops:double_{v}", reference="ops:reference", inputs={})
+        for v in ("ok", "bad", "raises")
+    )
+    + op_toml("double_remote", execution_mode="client_side", reference="ops:reference", inputs={})
+    + kernel_toml("vector_add", "kernels/vector_add.cu")
+    + kernel_toml("uses_printf", "kernels/forbidden.cu", {"forbidden_instructions": ["re:vprintf"]})
+)
 
 
-def make_mixed_workspace(root: Path) -> Path:
-    write_files(root, {"gpuemu.toml": MIXED_TOML, "ops.py": MIXED_OPS_PY})
+def add_lint_kernels(root: Path) -> Path:
+    """Copy the lint examples (tests/data/cuda's vector_add.cu and forbidden.cu) into ``root/kernels``."""
     (root / "kernels").mkdir(exist_ok=True)
     for f in ("vector_add.cu", "forbidden.cu"):
         shutil.copy(CUDA_DATA / f, root / "kernels" / f)
     return root
+
+
+def make_mixed_workspace(root: Path) -> Path:
+    return add_lint_kernels(write_files(root, {"gpuemu.toml": MIXED_TOML, "ops.py": MIXED_OPS_PY}))
 
 
 # --- schema validation ----------------------------------------------------------------------------

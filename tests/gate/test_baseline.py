@@ -22,6 +22,7 @@ from gatekit import (
     swap_module,
     write_files,
 )
+from kit.ops import op_toml, project_toml
 
 needs_nvcc = pytest.mark.skipif(
     not have_nvcc(), reason="nvcc not found (pip install './gpuemu-ls[cuda]' from a checkout)"
@@ -104,31 +105,14 @@ def rowsum(x):
     return acc[..., -1:].astype(x.dtype)
 '''
 
-ROWSUM_TOML = """[project]
-name = "noise"
-
-[validation]
-dtypes = ["float32"]
-
-[ci]
-fuzz_iterations = 16
-
-[[ops]]
-name = "rowsum"
-module = "rowsum:rowsum"
-reference = "rowsum:reference"
-distributions = ["normal", "uniform"]
-
-[ops.inputs.x]
-shape = ["B", "N"]
-
-[ops.dims]
-B = { min = 1, max = 64, default = 8 }
-N = { min = 1, max = 4096, default = 1024 }
-
-[ops.tolerances]
-float32 = { atol = 3e-5, rtol = 3e-5 }
-"""
+ROWSUM_TOML = project_toml("noise", validation={"dtypes": ["float32"]}, ci={"fuzz_iterations": 16}) + op_toml(
+    "rowsum",
+    module="rowsum:rowsum",
+    reference="rowsum:reference",
+    distributions=["normal", "uniform"],
+    dims={"B": (1, 64, 8), "N": (1, 4096, 1024)},
+    tables={"tolerances": {"float32": {"atol": 3e-5, "rtol": 3e-5}}},
+)
 
 
 def test_other_seeds_of_the_unchanged_workspace_are_noise_not_regressions(quickstart: dict, tmp_path: Path) -> None:
@@ -178,32 +162,18 @@ def scaled(x):
     return (2.0 * x.astype(np.float64) + ERROR_SCALE * 1e-5).astype(x.dtype)
 '''
 
-REGRESS_TOML = """[project]
-name = "regress"
-
-[validation]
-dtypes = ["float32"]
-
-[validation.tolerances]
-float32 = { atol = 1e-5, rtol = 1e-5 }
-
-[ci]
-fuzz_iterations = 16
-regression_threshold = 0.1
-
-[[ops]]
-name = "scaled"
-module = "scaled:scaled"
-reference = "scaled:reference"
-distributions = ["normal", "uniform"]
-
-[ops.inputs.x]
-shape = ["B", "N"]
-
-[ops.dims]
-B = { min = 1, max = 16, default = 4 }
-N = { min = 1, max = 512, default = 64 }
-"""
+REGRESS_TOML = project_toml(
+    "regress",
+    validation={"dtypes": ["float32"]},
+    validation_tolerances={"float32": {"atol": 1e-5, "rtol": 1e-5}},
+    ci={"fuzz_iterations": 16, "regression_threshold": 0.1},
+) + op_toml(
+    "scaled",
+    module="scaled:scaled",
+    reference="scaled:reference",
+    distributions=["normal", "uniform"],
+    dims={"B": (1, 16, 4), "N": (1, 512, 64)},
+)
 
 KERNEL_TOML = """
 [[kernels]]

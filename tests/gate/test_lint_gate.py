@@ -7,16 +7,15 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 from gatekit import (
-    CUDA_DATA,
     NO_USER_CONFIG,
     ROOT,
+    add_lint_kernels,
     copy_workspace,
     gpuemu,
     have_nvcc,
@@ -26,63 +25,29 @@ from gatekit import (
     validate_junit,
     write_files,
 )
+from kit.ops import kernel_toml, project_toml
 
 pytestmark = pytest.mark.skipif(
     not have_nvcc(), reason="nvcc not found (pip install './gpuemu-ls[cuda]' from a checkout)"
 )
 
-LINT_TOML = """[project]
-name = "lint"
+PRINTF = {"forbidden_instructions": ["re:vprintf"]}
+#: vector_add over its register limit (it needs 12), a kernel with a leftover printf, and its clean twin
+LINT_TOML = (
+    project_toml("lint")
+    + kernel_toml("vector_add", "kernels/vector_add.cu", {"max_registers": 8})
+    + kernel_toml("uses_printf", "kernels/forbidden.cu", PRINTF)
+    + kernel_toml("clean_twin", "kernels/forbidden.cu", {**PRINTF, "max_registers": 32})
+)
 
-[[kernels]]
-name = "vector_add"
-source = "kernels/vector_add.cu"
-
-[kernels.artifact_checks]
-max_registers = 8                  # vector_add needs 12
-
-[[kernels]]
-name = "uses_printf"
-source = "kernels/forbidden.cu"
-
-[kernels.artifact_checks]
-forbidden_instructions = ["re:vprintf"]
-
-[[kernels]]
-name = "clean_twin"
-source = "kernels/forbidden.cu"
-
-[kernels.artifact_checks]
-forbidden_instructions = ["re:vprintf"]
-max_registers = 32
-"""
-
-TWIN_TOML = """[project]
-name = "lint-twin"
-
-[[kernels]]
-name = "vector_add"
-source = "kernels/vector_add.cu"
-
-[kernels.artifact_checks]
-max_registers = 32
-
-[[kernels]]
-name = "clean_twin"
-source = "kernels/forbidden.cu"
-
-[kernels.artifact_checks]
-forbidden_instructions = ["re:vprintf"]
-max_registers = 32
-"""
+TWIN_KERNELS = kernel_toml("vector_add", "kernels/vector_add.cu", {"max_registers": 32}) + kernel_toml(
+    "clean_twin", "kernels/forbidden.cu", {**PRINTF, "max_registers": 32}
+)
+TWIN_TOML = project_toml("lint-twin") + TWIN_KERNELS
 
 
 def _workspace(root: Path, toml: str) -> Path:
-    ws = write_files(root, {"gpuemu.toml": toml})
-    (ws / "kernels").mkdir()
-    for f in ("vector_add.cu", "forbidden.cu"):
-        shutil.copy(CUDA_DATA / f, ws / "kernels" / f)
-    return ws
+    return add_lint_kernels(write_files(root, {"gpuemu.toml": toml}))
 
 
 def _global_line(ws: Path, file: str, kernel: str) -> int:
@@ -258,7 +223,7 @@ def test_cuda_nvcc_setting_is_used_when_nvcc_is_not_on_path(bare_python: Path, t
     e = _hidden_env(bare_python)
     e["PATH"] = os.pathsep.join([str(bare_python.parent), "/usr/bin", "/bin"])  # the host compiler, no CUDA
     assert find_toolchain(search_path=e["PATH"], site_dirs=()).nvcc is None
-    toml = f'[project]\nname = "own-nvcc"\n\n[cuda]\nnvcc = "{nvcc}"\n' + TWIN_TOML.split("\n", 2)[2]
+    toml = project_toml("own-nvcc", cuda={"nvcc": str(nvcc)}) + TWIN_KERNELS
     ws = _workspace(tmp_path / "twin", toml.replace('forbidden_instructions = ["re:vprintf"]\n', ""))
     proc = subprocess.run(
         [str(bare_python), "-m", "gpuemu_ls", "ci", "--format", "json"],

@@ -22,6 +22,7 @@ from gatekit import (
     swap_module,
     write_files,
 )
+from kit.ops import op_toml, project_toml
 
 #: ops whose bug needs a long row: the minimized case cannot be much smaller than the original
 LONG_ROW_BUGS = {"rmsnorm_fp16_acc"}
@@ -121,26 +122,13 @@ def copy_op(x):
     return out
 """
 
-THRESHOLD_TOML = """[project]
-name = "threshold"
-
-[validation]
-dtypes = ["float32"]
-distributions = ["normal"]
-
-[[ops]]
-name = "copy_op"
-module = "threshold:copy_op"
-reference = "threshold:reference"
-layouts = ["contiguous"]
-
-[ops.inputs.x]
-shape = ["B", "N"]
-
-[ops.dims]
-B = { min = 1, max = 4, default = 2 }
-N = { min = 1, max = 4096, default = 4000 }
-"""
+THRESHOLD_TOML = project_toml("threshold", validation={"dtypes": ["float32"], "distributions": ["normal"]}) + op_toml(
+    "copy_op",
+    module="threshold:copy_op",
+    reference="threshold:reference",
+    layouts=["contiguous"],
+    dims={"B": (1, 4, 2), "N": (1, 4096, 4000)},
+)
 
 
 def test_minimize_reaches_the_smallest_case_of_a_threshold_bug(tmp_path: Path) -> None:

@@ -70,6 +70,15 @@ def op_toml(
     return "\n".join(lines) + "\n"
 
 
+def kernel_toml(name: str, source: str, checks: Mapping[str, Any] | None = None, **keys: Any) -> str:
+    """One ``[[kernels]]`` entry: name, source, ``keys``, then ``checks`` as its ``[kernels.artifact_checks]``."""
+    lines = ["", "[[kernels]]", f"name = {toml_value(name)}", f"source = {toml_value(source)}"]
+    lines += [f"{k} = {toml_value(v)}" for k, v in keys.items()]
+    if checks:
+        lines += _table("[kernels.artifact_checks]", checks)
+    return "\n".join(lines) + "\n"
+
+
 def project_toml(name: str | None = None, **sections: Mapping[str, Any]) -> str:
     """A gpuemu.toml header: ``[project] name`` (when given), then one table per keyword.
 
