@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import re
 import shutil
 import socket
@@ -30,12 +29,13 @@ from typing import Any, Union
 
 import pytest
 import pytest_lsp
+from kit.cli import env as child_env
+from kit.ops import op_toml, project_toml
+from kit.workspace import EXAMPLES
 from lsprotocol import types as lsp
 from pygls.protocol import JsonRPCNotification, JsonRPCRequestMessage, JsonRPCResponseMessage, default_converter
 from pytest_lsp.client import DEFAULT_CLIENT_FEATURES, LanguageClient
 
-REPO = Path(__file__).resolve().parents[2]
-EXAMPLES = REPO / "examples"
 SERVER_CMD = [sys.executable, "-m", "gpuemu_ls.server"]
 CAPABILITIES = {"vscode": "visual-studio-code", "neovim": "neovim"}
 #: init options that keep every run small: quick mode, a handful of cases, fast store polling; no first run of
@@ -422,12 +422,17 @@ def make_client(kind: str, configuration: dict[str, Any] | None = None) -> Gpuem
 
 
 def server_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = dict(os.environ)
-    env.pop("GPUEMU_STORE", None)
-    env.setdefault("GPUEMU_USER_CONFIG", "/nonexistent/gpuemu-user-config.toml")
-    env["PYTHONUNBUFFERED"] = "1"
-    env.update(extra or {})
-    return env
+    """kit.cli's child environment (no store override, no user defaults), unbuffered, plus ``extra``."""
+    return child_env(PYTHONUNBUFFERED="1", **(extra or {}))
+
+
+async def start_cli(root: Path, *args: str, pipe: bool = False) -> asyncio.subprocess.Process:
+    """``gpuemu ARGS`` (python -m gpuemu_ls) in ``root`` as an asyncio process, with ``server_env()``; its
+    output piped (``pipe``) or discarded."""
+    stream = asyncio.subprocess.PIPE if pipe else asyncio.subprocess.DEVNULL
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gpuemu_ls", *args, cwd=str(root), env=server_env(), stdout=stream, stderr=stream
+    )
 
 
 def free_port() -> int:
@@ -580,24 +585,14 @@ def make_buggy_workspace(dest: Path, ops: Iterable[str], **kw: Any) -> Path:
     return dest
 
 
-TINY_HEADER = """\
-[project]
-name = "tiny"
-framework = "numpy"
-
-[validation]
-dtypes = ["float32"]
-seed = 7
-"""
+TINY_HEADER = project_toml(
+    project={"name": "tiny", "framework": "numpy"}, validation={"dtypes": ["float32"], "seed": 7}
+)
 
 
-def tiny_op(name: str, module: str, reference: str, *, dims: str = "", extra: str = "") -> str:
-    """A ``[[ops]]`` entry over one input x of shape [B, N]."""
-    dims = dims or "B = { min = 1, max = 8, default = 4 }\nN = { min = 1, max = 64, default = 16 }"
-    return (
-        f'\n[[ops]]\nname = "{name}"\nmodule = "{module}"\nreference = "{reference}"\n{extra}'
-        f'\n[ops.inputs.x]\nshape = ["B", "N"]\n\n[ops.dims]\n{dims}\n'
-    )
+def tiny_op(name: str, module: str, reference: str, *, extra: str = "") -> str:
+    """A ``[[ops]]`` entry over one input x of shape [B, N] (B up to 8, N up to 64); ``extra`` is raw TOML."""
+    return op_toml(name, module=module, reference=reference, extra=extra, dims={"B": (1, 8, 4), "N": (1, 64, 16)})
 
 
 #: an op that takes ``DELAY`` seconds per case (GIL-free sleep), and passes

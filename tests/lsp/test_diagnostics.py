@@ -281,26 +281,11 @@ STARTUP_PUBLISH_BUG = (
 
 @pytest.mark.parametrize("editor", ["neovim"], indirect=True)
 async def test_diagnostics_at_startup(editor: Any, buggy_ws: Any, workspace: Any) -> None:
-    import asyncio
-    import sys
-
-    from lspkit import server_env
+    from lspkit import start_cli
 
     # results stored by an earlier CLI run are shown when the editor starts, without a save
     root = buggy_ws([OP])
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "gpuemu_ls",
-        "test",
-        "--quick",
-        "--iterations",
-        "6",
-        cwd=str(root),
-        env=server_env(),
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
+    proc = await start_cli(root, "test", "--quick", "--iterations", "6")
     assert await proc.wait() == 1
     client = await editor.start(root, {**FAST, "onOpen": False})
     diag = await client.wait_op_diagnostic(root / "softmax_tail_mask.py", OP, timeout=3)

@@ -5,7 +5,6 @@ written by another process (the CLI) showing up without a save."""
 from __future__ import annotations
 
 import asyncio
-import sys
 import time
 from typing import Any
 
@@ -18,7 +17,7 @@ from lspkit import (
     GpuemuClient,
     line_of,
     record_latency,
-    server_env,
+    start_cli,
     tiny_op,
     uri_of,
 )
@@ -300,21 +299,7 @@ async def test_cli_results_show_up_without_a_save(editor: Any, buggy_ws: Any, re
     client = await editor.start(root, {**FAST, "pollStoreSeconds": 0.3})
     await asyncio.sleep(0.5)
     assert client.gpuemu_diags(root / "gpuemu.toml") == []
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "gpuemu_ls",
-        "test",
-        "--op",
-        OP,
-        "--quick",
-        "--iterations",
-        "6",
-        cwd=str(root),
-        env=server_env(),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
+    proc = await start_cli(root, "test", "--op", OP, "--quick", "--iterations", "6", pipe=True)
     t_start = time.monotonic()
     out, err = await asyncio.wait_for(proc.communicate(), 120)
     t_end = time.monotonic()

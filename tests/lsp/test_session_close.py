@@ -12,6 +12,9 @@ import sys
 import textwrap
 from pathlib import Path
 
+from kit.ops import op_toml
+from kit.workspace import write_ws
+
 SCRIPT = textwrap.dedent(
     """
     import sys, threading
@@ -44,21 +47,11 @@ SCRIPT = textwrap.dedent(
     """
 )
 
-TOML = """
-[[ops]]
-name = "double"
-module = "ops:double"
-reference = "ops:double"
-[ops.inputs.x]
-shape = ["N"]
-[ops.dims]
-N = { min = 1, max = 64, default = 8 }
-"""
+TOML = op_toml("double", module="ops:double", reference="ops:double", inputs={"x": ["N"]}, dims={"N": (1, 64, 8)})
 
 
 def test_closing_a_session_while_refreshes_read_its_store(tmp_path: Path) -> None:
-    (tmp_path / "gpuemu.toml").write_text(TOML)
-    (tmp_path / "ops.py").write_text("def double(x):\n    return x * 2\n")
+    write_ws(tmp_path, TOML, {"ops.py": "def double(x):\n    return x * 2\n"})
     proc = subprocess.run(
         [sys.executable, "-c", SCRIPT, str(tmp_path)], capture_output=True, text=True, timeout=300, check=False
     )
