@@ -7,12 +7,14 @@ import argparse
 import os
 import shlex
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from .engine.config.keys import CONFIG_NAME, MAX_ITERATIONS, MAX_JOBS, MAX_SEED, check_budget, parse_duration
 from .engine.config.load import find_workspace, load_config
 from .engine.config.model import Config
-from .engine.errors import UsageError
+from .engine.errors import ConfigError, UsageError
+from .engine.store.db import StoreError
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command ended by Ctrl-C
@@ -105,6 +107,17 @@ def budget_arg(text: str) -> float:
     return seconds
 
 
+def size_flags(
+    p: argparse.ArgumentParser, jobs_help: str, seed_help: str | None = None, iterations_help: str | None = None
+) -> None:
+    """``--seed``, ``--iterations``, ``--budget`` and ``--parallel``/``--jobs``/``-j N|auto``: how much a run
+    does and on how many workers, as ``gpuemu test``, ``gpuemu fuzz`` and the gate take them."""
+    p.add_argument("--seed", type=seed_arg, metavar="N", help=seed_help)
+    p.add_argument("--iterations", type=iterations_arg, metavar="N", help=iterations_help)
+    p.add_argument("--budget", type=budget_arg, metavar="DURATION", help=BUDGET_HELP)
+    p.add_argument("--parallel", "--jobs", "-j", type=jobs_arg, dest="jobs", metavar="N", help=jobs_help)
+
+
 def jobs_arg(text: str) -> int | str:
     """``-j N`` (1..MAX_JOBS) or ``-j auto``: a worker per core this process may use (cgroup and affinity)."""
     if text.strip().lower() == "auto":
@@ -189,3 +202,28 @@ def internal_error(prog: str, exc: BaseException) -> int:
         file=sys.stderr,
     )
     return EXIT_INTERNAL
+
+
+def guarded(prog: str, call: Callable[[], int], usage: tuple[type[Exception], ...] = (UsageError,)) -> int:
+    """``call()``'s exit status, or the exit status of what it raised, said on stderr as ``gpuemu`` and the gate
+    say it: a configuration error by its own message, ``usage`` exceptions and the store's errors after
+    ``prog: error:`` (2), an interrupt (130), a reader that left the pipe (1), anything else as gpuemu's bug."""
+    try:
+        return call()
+    except ConfigError as exc:
+        print(str(exc), file=sys.stderr)
+        return EXIT_USAGE
+    except usage as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except StoreError as exc:  # damaged, read-only, newer or on a full disk: the message says what to do
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:  # `gpuemu test | head -1`: the reader left; no traceback, as a shell tool exits
+        quiet_stdout()
+        return EXIT_FAIL
+    except Exception as exc:  # anything else is gpuemu's own bug: say so, never blame the user's op
+        return internal_error(prog, exc)

@@ -18,23 +18,20 @@ from typing import Any
 
 from ._version import __version__
 from .args import (
-    BUDGET_HELP,
     EXIT_FAIL,
     EXIT_OK,
-    EXIT_USAGE,
     SHOW_FAILURES,
     Parser,
     argv_text,
-    budget_arg,
     emit,
-    internal_error,
+    guarded,
     iterations_arg,
     jobs_arg,
     load_workspace,
     op_names,
-    quiet_stdout,
     replay_prefix,
     seed_arg,
+    size_flags,
     workspace_root,
 )
 from .console import Progress
@@ -43,7 +40,7 @@ from .engine.cases.plan import mode_filter
 from .engine.config.keys import CONFIG_NAME
 from .engine.config.load import find_workspace, load_config
 from .engine.config.model import Config
-from .engine.errors import ConfigError, UsageError
+from .engine.errors import UsageError
 from .engine.report.baseline import baseline_path, from_document, load_baseline, regressions, write_baseline
 from .engine.report.formats import FORMATS, render
 from .engine.report.lines import replay_command, row_line
@@ -66,13 +63,16 @@ from .engine.tools.repro import needs, write_repro
 from .gate import gate_flags, run_ci
 
 
-def _common(p: argparse.ArgumentParser) -> None:
+def _command(sub: Any, name: str, help: str) -> argparse.ArgumentParser:
+    """A ``gpuemu`` command's parser, taking ``-C/--workspace`` as every command does."""
+    p = sub.add_parser(name, help=help)
     p.add_argument(
         "-C",
         "--workspace",
         metavar="PATH",
         help=f"workspace folder (default: the nearest folder holding {CONFIG_NAME}, from the current one up)",
     )
+    return p
 
 
 def _run_flags(p: argparse.ArgumentParser, *, fuzz: bool = False) -> None:
@@ -93,18 +93,12 @@ def _run_flags(p: argparse.ArgumentParser, *, fuzz: bool = False) -> None:
             help="all dtypes, layouts, shapes and distributions (default)",
         )
         p.add_argument("--op", action="append", metavar="NAME", help="only this op (repeatable)")
-    p.add_argument("--seed", type=seed_arg, metavar="N", help="first case seed (default: [validation] seed)")
-    p.add_argument("--iterations", type=iterations_arg, metavar="N", help="cases per op")
-    p.add_argument("--budget", type=budget_arg, metavar="DURATION", help=BUDGET_HELP)
-    p.add_argument(
-        "--parallel",
-        "--jobs",
-        "-j",
-        type=jobs_arg,
-        dest="jobs",
-        metavar="N",
-        help="workers at once: ops side by side, or one op's cases split over them when there are fewer ops "
+    size_flags(
+        p,
+        "workers at once: ops side by side, or one op's cases split over them when there are fewer ops "
         "(N in 1..256 or auto; default: [ci] parallel_jobs, else auto: a worker per core this process may use)",
+        seed_help="first case seed (default: [validation] seed)",
+        iterations_help="cases per op",
     )
     p.add_argument("--fail-fast", action="store_true", help="stop an op at its first failing case")
     p.add_argument("--format", choices=FORMATS, default="text")
@@ -126,20 +120,17 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
 
-    p = sub.add_parser("test", help="validate every op (or --op NAME) over shapes, dtypes, layouts and values")
-    _common(p)
+    p = _command(sub, "test", "validate every op (or --op NAME) over shapes, dtypes, layouts and values")
     _run_flags(p)
 
-    p = sub.add_parser("fuzz", help="run many cases of one op")
-    _common(p)
+    p = _command(sub, "fuzz", "run many cases of one op")
     p.add_argument("--op", required=True, metavar="NAME")
     _run_flags(p, fuzz=True)
     p.add_argument("--dtype", action="append", metavar="D", help="only these dtypes")
     p.add_argument("--layout", action="append", metavar="L", help="only these layouts")
     p.add_argument("--distribution", action="append", metavar="D", help="only these value distributions")
 
-    p = sub.add_parser("reproduce", help="re-run op and reference on the stored (or regenerated) inputs of a seed")
-    _common(p)
+    p = _command(sub, "reproduce", "re-run op and reference on the stored (or regenerated) inputs of a seed")
     p.add_argument("--op", required=True, metavar="NAME")
     p.add_argument("--seed", required=True, type=seed_arg, metavar="N")
     p.add_argument("--regenerate", action="store_true", help="ignore the stored snapshot; regenerate from the seed")
@@ -147,15 +138,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-repro", action="store_true", help="do not write the standalone reproduction")
     p.add_argument("--format", choices=("text", "json"), default="text")
 
-    p = sub.add_parser("minimize", help="shrink a failing case to the smallest one that fails the same way")
-    _common(p)
+    p = _command(sub, "minimize", "shrink a failing case to the smallest one that fails the same way")
     p.add_argument("--op", required=True, metavar="NAME")
     p.add_argument("--seed", required=True, type=seed_arg, metavar="N")
     p.add_argument("--max-trials", type=int, default=400, metavar="N")
     p.add_argument("--format", choices=("text", "json"), default="text")
 
-    p = sub.add_parser("failures", help="failing cases of the latest run of each op, from the store")
-    _common(p)
+    p = _command(sub, "failures", "failing cases of the latest run of each op, from the store")
     p.add_argument("--op", metavar="NAME")
     p.add_argument("--all", action="store_true", help="every stored failure, not just the latest run's")
     p.add_argument("--since-hours", type=float, metavar="H")
@@ -166,16 +155,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="exit 1 when any failing case is listed (for scripts), 0 when none is",
     )
 
-    p = sub.add_parser("ops", help="the ops and kernels of the workspace and their last status")
-    _common(p)
+    p = _command(sub, "ops", "the ops and kernels of the workspace and their last status")
     p.add_argument("--format", choices=("text", "json"), default="text")
 
-    p = sub.add_parser("ci", help="the CI gate (same as gpuemu-ls --check): every op and kernel, one exit code")
-    _common(p)
+    p = _command(sub, "ci", "the CI gate (same as gpuemu-ls --check): every op and kernel, one exit code")
     gate_flags(p)
 
-    p = sub.add_parser("report", help="render stored results, or merge shard outputs")
-    _common(p)
+    p = _command(sub, "report", "render stored results, or merge shard outputs")
     p.add_argument("--format", choices=FORMATS, default="text")
     p.add_argument("--output", metavar="FILE")
     p.add_argument("--since-hours", type=float, metavar="H", help="only results newer than this")
@@ -193,8 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"the N slowest stored cases of the latest runs (default {SLOW_DEFAULT}) and each op's time by phase",
     )
 
-    p = sub.add_parser("baseline", help="store, show or diff a baseline (reviewable JSON under gpuemu-baselines/)")
-    _common(p)
+    p = _command(sub, "baseline", "store, show or diff a baseline (reviewable JSON under gpuemu-baselines/)")
     bsub = p.add_subparsers(dest="baseline_command", metavar="ACTION", parser_class=Parser)
     bsub.required = True
     b = bsub.add_parser("store", help="store the latest results (or a results JSON) as baseline TAG")
@@ -206,8 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("tag")
     b.add_argument("--fail-on-regression", action="store_true")
 
-    p = sub.add_parser("calibrate", help="propose atol/rtol per dtype from a known-good op's observed errors")
-    _common(p)
+    p = _command(sub, "calibrate", "propose atol/rtol per dtype from a known-good op's observed errors")
     p.add_argument("--op", required=True, metavar="NAME")
     p.add_argument("--dtype", action="append", metavar="D", help="only these dtypes (default: the op's)")
     p.add_argument("--iterations", type=iterations_arg, default=200, metavar="N", help="cases per dtype (default 200)")
@@ -223,16 +207,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--format", choices=("text", "json"), default="text")
 
-    p = sub.add_parser("lint", help="compile [[kernels]] (or .cu/.ptx files) and lint their PTX/SASS")
-    _common(p)
+    p = _command(sub, "lint", "compile [[kernels]] (or .cu/.ptx files) and lint their PTX/SASS")
     p.add_argument("files", nargs="*", metavar="FILE.cu|FILE.ptx", help="lint these files instead of [[kernels]]")
     p.add_argument("--kernel", action="append", metavar="NAME", help="only this [[kernels]] entry (repeatable)")
     p.add_argument("--format", choices=FORMATS, default="text")
     p.add_argument("--output", metavar="FILE")
     p.add_argument("--show", type=int, default=20, metavar="N", help=argparse.SUPPRESS)
 
-    p = sub.add_parser("store", help="check, repair or reset the result store; list its runs")
-    _common(p)
+    p = _command(sub, "store", "check, repair or reset the result store; list its runs")
     p.add_argument(
         "action",
         choices=("check", "repair", "reset", "runs"),
@@ -853,25 +835,7 @@ COMMANDS = {
 def gpuemu_main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    try:
-        return COMMANDS[args.command](args)
-    except ConfigError as exc:
-        print(str(exc), file=sys.stderr)
-        return EXIT_USAGE
-    except (UsageError, FileExistsError) as exc:
-        print(f"gpuemu {args.command}: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except StoreError as exc:  # damaged, read-only, newer or on a full disk: the message says what to do
-        print(f"gpuemu {args.command}: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:  # `gpuemu test | head -1`: the reader left; no traceback, as a shell tool exits
-        quiet_stdout()
-        return EXIT_FAIL
-    except Exception as exc:  # anything else is gpuemu's own bug: say so, never blame the user's op
-        return internal_error(f"gpuemu {args.command}", exc)
+    return guarded(f"gpuemu {args.command}", lambda: COMMANDS[args.command](args), (UsageError, FileExistsError))
 
 
 def server_main(argv: Sequence[str] | None = None) -> int:

@@ -9,29 +9,19 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .args import (
-    BUDGET_HELP,
-    EXIT_FAIL,
-    EXIT_INTERRUPTED,
-    EXIT_USAGE,
     SHOW_FAILURES,
     Parser,
     argv_text,
-    budget_arg,
     emit,
-    internal_error,
-    iterations_arg,
-    jobs_arg,
+    guarded,
     load_workspace,
     op_names,
-    quiet_stdout,
     replay_prefix,
-    seed_arg,
+    size_flags,
 )
 from .console import Progress
 from .engine.config.model import Config
-from .engine.errors import ConfigError, UsageError
 from .engine.report.formats import FORMATS, render
-from .engine.store.db import StoreError
 from .engine.tools.gate import GateOptions, run_gate
 
 
@@ -51,18 +41,7 @@ def gate_flags(p: argparse.ArgumentParser) -> None:
         dest="mode",
         help="all dtypes, layouts, shapes and distributions, [ci] fuzz_iterations (default; nightly)",
     )
-    p.add_argument("--seed", type=seed_arg, metavar="N")
-    p.add_argument("--iterations", type=iterations_arg, metavar="N")
-    p.add_argument("--budget", type=budget_arg, metavar="DURATION", help=BUDGET_HELP)
-    p.add_argument(
-        "--parallel",
-        "--jobs",
-        "-j",
-        type=jobs_arg,
-        dest="jobs",
-        metavar="N",
-        help="worker processes: 1..256 or auto (default: [ci] parallel_jobs, else auto: one per usable core)",
-    )
+    size_flags(p, "worker processes: 1..256 or auto (default: [ci] parallel_jobs, else auto: one per usable core)")
     p.add_argument("--format", choices=FORMATS, default="text")
     p.add_argument("--output", metavar="FILE", help="write the report there (text still goes to stdout)")
     p.add_argument("--baseline", metavar="TAG|FILE", help="report regressions against this baseline")
@@ -144,22 +123,4 @@ def check_parser() -> argparse.ArgumentParser:
 def check_main(argv: Sequence[str]) -> int:
     args = check_parser().parse_args(list(argv))
     args.workspace = str(Path(args.path))
-    try:
-        return run_ci(load_workspace(args), args)
-    except ConfigError as exc:
-        print(str(exc), file=sys.stderr)
-        return EXIT_USAGE
-    except UsageError as exc:
-        print(f"gpuemu-ls --check: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except StoreError as exc:  # damaged, read-only, newer or on a full disk: the message says what to do
-        print(f"gpuemu-ls --check: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    except BrokenPipeError:
-        quiet_stdout()
-        return EXIT_FAIL
-    except Exception as exc:  # gpuemu's own bug: say so, never blame the user's op
-        return internal_error("gpuemu-ls --check", exc)
+    return guarded("gpuemu-ls --check", lambda: run_ci(load_workspace(args), args))
