@@ -275,6 +275,8 @@ export class GpuemuTests implements vscode.Disposable {
     const keys = new Set(this.collect(request).map((l) => l.leaf.key));
     const entry = { request, mode, keys };
     this.watches.add(entry);
+    this.link.log(`continuous run (${mode}) on: ${[...keys].map((k) => this.leaves.get(k)?.leaf.id ?? k).join(", ")}`);
+    token.onCancellationRequested(() => this.link.log(`continuous run (${mode}) off`));
     const sub = vscode.workspace.onDidSaveTextDocument((doc) => {
       if (this.link.validatesOnSave()) return; // the server's own run shows up as a watch run (handleState)
       const path = doc.uri.fsPath;

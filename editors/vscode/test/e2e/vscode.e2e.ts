@@ -17,10 +17,13 @@
  *      click only expands it) lands on its def; its failure peek (Test: Peek Output) has the case line and
  *      an expected/actual diff; failing cases are children with a Reproduce action
  *   7. the Debug profile (Test: Debug Test at Cursor) says why it cannot debug without the Python extension
+ *  7a. continuous run (the watch profile) turned on for the op: a save of its file shows as a "gpuemu (watch)" run
  *   8. gpuemu.toml completion offers the `distributions` values
  *   9. .gpuemu/ is hidden from the Explorer; the status bar says what it counts
  *  10. a gpuemu.server.command that does not exist: one message with Install, no ENOENT toast, and the
  *      server restarts when the setting is fixed
+ *  11. Install, for a server command in a fresh virtual environment, runs `pip install <checkout>` into
+ *      that environment's Python as a task and then starts the server it installed
  *
  * Environment: CODE_SERVER_DIR (install dir of tools/install-code-server.sh), GPUEMU_E2E_SERVER
  * (gpuemu-ls, default: the repo's .venv/bin/gpuemu-ls), GPUEMU_E2E_VSIX (default: gpuemu.vsix),
@@ -70,8 +73,16 @@ function log(msg: string): void {
   process.stdout.write(`[e2e ${((Date.now() - t0) / 1000).toFixed(1).padStart(6)}s] ${msg}\n`);
 }
 
+/** GPUEMU_E2E_ONLY (a regular expression): run only the steps whose names match, for working on one step. */
+const ONLY = process.env.GPUEMU_E2E_ONLY ? new RegExp(process.env.GPUEMU_E2E_ONLY) : undefined;
+
 async function step(name: string, fn: () => Promise<string | void>): Promise<boolean> {
   const start = Date.now();
+  if (ONLY && !ONLY.test(name)) {
+    results.push({ name, ok: false, seconds: 0, error: "skipped (GPUEMU_E2E_ONLY)" });
+    log(`SKIPPED: ${name}`);
+    return false;
+  }
   log(`${name} ...`);
   try {
     const detail = (await fn()) ?? undefined;
@@ -759,6 +770,66 @@ async function main(): Promise<number> {
       return text.slice(0, 200);
     });
 
+    await step("continuous run (the watch profile): turned on for the op, a save of its file shows as a watch run", async () => {
+      await clearNotifications(page);
+      await command(page, "View: Show Testing");
+      const view = page.locator(".test-explorer");
+      const wsRow = view.locator(".monaco-list-row", { hasText: "buggy" }).first();
+      await wsRow.waitFor({ timeout: 30_000 });
+      if ((await wsRow.getAttribute("aria-expanded")) === "false") await wsRow.locator(".monaco-tl-twistie").click();
+      const row = view.locator(`.monaco-list-row[aria-label^="${OP} ("]`).first();
+      await row.waitFor({ timeout: 20_000 });
+      await row.click({ button: "right" });
+      const turnOn = page.locator(".monaco-menu .action-label", { hasText: /^Turn on Continuous Run/ }).first();
+      await turnOn.waitFor({ state: "visible", timeout: 10_000 });
+      await turnOn.hover();
+      await turnOn.click();
+      await page.locator(".monaco-menu").first().waitFor({ state: "hidden", timeout: 5000 }).catch(async () => {
+        await page.keyboard.press("Enter"); // the item is highlighted under the mouse: Enter runs it
+      });
+      const on = await waitFor(
+        "the extension's log: continuous run on for the op",
+        async () => /continuous run \(\w+\) on: [^\n]*softmax_tail_mask/.exec(serverLog(userData))?.[0],
+        20_000,
+        500,
+      );
+      await shot(page, "9a-continuous-run-on.png");
+      const before = saveRuns(ws);
+      const original = fs.readFileSync(path.join(ws, FILE), "utf8");
+      await quickOpen(page, FILE);
+      await gotoLine(page, 1, 1);
+      await page.keyboard.type("# saved under continuous run\n");
+      await page.keyboard.press("Control+S");
+      await waitFor("the save validated the op", async () => saveRuns(ws) > before, 180_000, 1000);
+      // the watched op's results come in as a run of the continuous request, named "gpuemu (watch)"
+      await command(page, "Test: Show Output");
+      await command(page, "Test Results: Focus on Test Results View");
+      // the runs tree beside the output: its rows' labels (the panel is narrow: text is cut, not the DOM's)
+      const rows = page.locator(".test-output-peek-tree .monaco-list-row");
+      await rows.first().waitFor({ state: "visible", timeout: 20_000 });
+      let seen: string[] = [];
+      const named = await waitFor(
+        "a run named gpuemu (watch) in the Test Results view",
+        async () => {
+          seen = await rows.evaluateAll((els) => els.map((e) => `${e.getAttribute("aria-label") ?? ""} / ${e.textContent ?? ""}`));
+          const hit = seen.find((t) => /gpuemu \(watch\)/.test(t));
+          // the runs of one save are listed newest first, the rest folded under "N older results"
+          const older = rows.filter({ hasText: /older results/ }).first();
+          if (!hit && (await older.count()) && (await older.getAttribute("aria-expanded")) !== "true") await older.click();
+          return hit;
+        },
+        60_000,
+        1000,
+      ).catch((err) => {
+        throw new Error(`${String(err)}; runs tree rows: ${seen.join(" | ")}`);
+      });
+      await shot(page, "9b-continuous-run-result.png");
+      // off again, and the file back as it was
+      await command(page, "Test: Stop Continuous Run");
+      fs.writeFileSync(path.join(ws, FILE), original); // the editor is not dirty: it reloads the file
+      return `${on}; watch run listed: ${named.slice(0, 200)}`;
+    });
+
     await step("gpuemu.toml completion offers the distributions values", async () => {
       // the engine's list, from the server's own Python
       const venvPython = path.join(path.dirname(SERVER), "python");
@@ -848,6 +919,43 @@ async function main(): Promise<number> {
       );
       await clearNotifications(page);
       return `message: ${dup[0].slice(0, 200)}; buttons: ${buttons.join(", ")}; status after the fix: ${back}`;
+    });
+
+    await step("Install runs pip into the server's Python as a task, then starts the server it installed", async () => {
+      // a fresh virtual environment without gpuemu-ls, named by gpuemu.server.command: Install must put
+      // gpuemu-ls into that environment's Python (from gpuemu.server.installSource, this checkout) and start it
+      await clearNotifications(page);
+      const machine = path.join(userData, "Machine", "settings.json");
+      const good = fs.readFileSync(machine, "utf8");
+      const venv = path.join(tmp, "fresh-venv");
+      execFileSync("python3", ["-m", "venv", venv], { timeout: 120_000 });
+      const server = path.join(venv, "bin", "gpuemu-ls");
+      fs.writeFileSync(
+        machine,
+        JSON.stringify({ ...JSON.parse(good), "gpuemu.server.command": server, "gpuemu.server.installSource": REPO }, null, 2),
+      );
+      const note = await toast(page, /gpuemu-ls, the language server, is not installed/, 60_000);
+      if (!(await note.innerText()).includes(path.join(venv, "bin", "python"))) throw new Error(`not offered for the venv's Python: ${await note.innerText()}`);
+      await note.locator(".monaco-button", { hasText: "Install" }).first().click();
+      const done = await toast(page, /gpuemu-ls installed into .*: starting it|pip install of gpuemu-ls .* failed/, 480_000);
+      const doneText = (await done.innerText()).trim();
+      if (/failed/.test(doneText)) throw new Error(doneText);
+      if (!fs.existsSync(server)) throw new Error(`${server} does not exist after Install`);
+      await waitFor("the installed server started", async () => serverLog(userData).includes(`starting ${server}`), 60_000, 500);
+      const status = page.locator(".statusbar-item", { hasText: "gpuemu" }).first();
+      const after = await waitFor(
+        "the status bar leaves 'not installed'",
+        async () => {
+          const t = (await status.innerText()).trim();
+          return /not installed|stopped|starting/.test(t) ? undefined : t;
+        },
+        60_000,
+        500,
+      );
+      await shot(page, "12-installed-server.png");
+      fs.writeFileSync(machine, good);
+      await clearNotifications(page);
+      return `${doneText.split("\n")[0]}; status: ${after}`;
     });
 
     await step("untrusted workspace: configuration diagnostics only, nothing runs", async () => {
