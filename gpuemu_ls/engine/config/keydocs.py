@@ -14,28 +14,26 @@ from __future__ import annotations
 
 from ..dtypes import ALL_NAMES, FLOAT_NAMES
 from .keys import (
-    _CHECK_KEYS,
-    _CI_KEYS,
-    _CI_QUICK_KEYS,
-    _CUDA_KEYS,
-    _DIM_KEYS,
-    _INPUT_KEYS,
-    _KERNEL_KEYS,
-    _OP_KEYS,
-    _POLICY_KEYS,
-    _PROJECT_KEYS,
-    _TOL_KEYS,
-    _TOP_KEYS,
-    _VALIDATION_KEYS,
     CALL_STYLES,
     COSTS,
     DISTRIBUTIONS,
     EXECUTION_MODES,
     FRAMEWORKS,
     INVARIANTS,
+    KEYS_BY_TABLE,
     LAYOUTS,
     SIGNS,
 )
+
+#: The limits of an ``artifact_checks`` table, in ``[[kernels]]`` and in ``[cuda]``.
+_ARTIFACT_CHECKS = {
+    "max_registers": "Most registers per thread.",
+    "max_spills": "Most spill bytes (stores + loads).",
+    "max_local_memory_bytes": "Most local memory per thread, in bytes.",
+    "max_shared_memory_bytes": "Most static shared memory per block, in bytes.",
+    "forbidden_instructions": 'Instructions that must not appear: SASS by dot-prefix ("LDL"), "ptx:ld.volatile", or a regex "re:vprintf".',
+    "required_instructions": "Instructions that must appear (same syntax as forbidden_instructions).",
+}
 
 TABLES: dict[tuple[str, ...], dict[str, str]] = {
     (): {
@@ -148,14 +146,7 @@ TABLES: dict[tuple[str, ...], dict[str, str]] = {
         "artifact_checks": "Limits checked on the compiled PTX/SASS.",
         "description": "Free text.",
     },
-    ("kernels", "artifact_checks"): {
-        "max_registers": "Most registers per thread.",
-        "max_spills": "Most spill bytes (stores + loads).",
-        "max_local_memory_bytes": "Most local memory per thread, in bytes.",
-        "max_shared_memory_bytes": "Most static shared memory per block, in bytes.",
-        "forbidden_instructions": 'Instructions that must not appear: SASS by dot-prefix ("LDL"), "ptx:ld.volatile", or a regex "re:vprintf".',
-        "required_instructions": "Instructions that must appear (same syntax as forbidden_instructions).",
-    },
+    ("kernels", "artifact_checks"): dict(_ARTIFACT_CHECKS),
     ("policies",): {
         "fail_on_regression": "Fail the gate on a regression against the baseline.",
         "warn_threshold": "Fraction of the tolerance that warns.",
@@ -182,14 +173,7 @@ TABLES: dict[tuple[str, ...], dict[str, str]] = {
         "defines": "Preprocessor defines.",
         "artifact_checks": "Limits checked on the compiled PTX/SASS.",
     },
-    ("cuda", "artifact_checks"): {
-        "max_registers": "Most registers per thread.",
-        "max_spills": "Most spill bytes (stores + loads).",
-        "max_local_memory_bytes": "Most local memory per thread, in bytes.",
-        "max_shared_memory_bytes": "Most static shared memory per block, in bytes.",
-        "forbidden_instructions": 'Instructions that must not appear: SASS by dot-prefix ("LDL"), "ptx:ld.volatile", or a regex "re:vprintf".',
-        "required_instructions": "Instructions that must appear (same syntax as forbidden_instructions).",
-    },
+    ("cuda", "artifact_checks"): dict(_ARTIFACT_CHECKS),
 }
 
 VALUE_DOCS: dict[str, dict[str, str]] = {
@@ -246,23 +230,9 @@ TABLES[("ci", "quick")]["budget"] = 'Seconds for a --quick run\'s ops: a number,
 KEYS: dict[tuple[str, ...], frozenset[str]] = {
     path: frozenset(keys)
     for path, keys in {
-        (): _TOP_KEYS,
-        ("project",): _PROJECT_KEYS,
-        ("validation",): _VALIDATION_KEYS,
+        **KEYS_BY_TABLE,
         ("validation", "tolerances"): set(TABLES[("validation", "tolerances")]),
-        ("validation", "tolerances", "*"): _TOL_KEYS,
-        ("ops",): _OP_KEYS,
-        ("ops", "inputs", "*"): _INPUT_KEYS,
-        ("ops", "dims", "*"): _DIM_KEYS,
         ("ops", "tolerances"): set(TABLES[("ops", "tolerances")]),
-        ("ops", "tolerances", "*"): _TOL_KEYS,
-        ("kernels",): _KERNEL_KEYS,
-        ("kernels", "artifact_checks"): _CHECK_KEYS,
-        ("policies",): _POLICY_KEYS,
-        ("ci",): _CI_KEYS,
-        ("ci", "quick"): _CI_QUICK_KEYS,
-        ("cuda",): _CUDA_KEYS,
-        ("cuda", "artifact_checks"): _CHECK_KEYS,
     }.items()
 }
 

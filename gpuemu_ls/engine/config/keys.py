@@ -230,3 +230,23 @@ _CI_KEYS = {
 }
 _CI_QUICK_KEYS = {"iterations", "dtypes", "budget"}
 _CUDA_KEYS = {"nvcc", "arch", "flags", "include_dirs", "defines", "artifact_checks"}
+
+#: The keys of each table by its schema path (``("ops", "inputs", "*")``: an input the user names), for editors
+#: (:mod:`.keydocs`); the tolerance tables, keyed by dtype, are not here.
+KEYS_BY_TABLE: dict[tuple[str, ...], set[str]] = {
+    (): _TOP_KEYS,
+    ("project",): _PROJECT_KEYS,
+    ("validation",): _VALIDATION_KEYS,
+    ("validation", "tolerances", "*"): _TOL_KEYS,
+    ("ops",): _OP_KEYS,
+    ("ops", "inputs", "*"): _INPUT_KEYS,
+    ("ops", "dims", "*"): _DIM_KEYS,
+    ("ops", "tolerances", "*"): _TOL_KEYS,
+    ("kernels",): _KERNEL_KEYS,
+    ("kernels", "artifact_checks"): _CHECK_KEYS,
+    ("policies",): _POLICY_KEYS,
+    ("ci",): _CI_KEYS,
+    ("ci", "quick"): _CI_QUICK_KEYS,
+    ("cuda",): _CUDA_KEYS,
+    ("cuda", "artifact_checks"): _CHECK_KEYS,
+}

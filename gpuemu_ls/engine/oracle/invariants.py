@@ -10,7 +10,9 @@ range or whose reference is suspect are not judged, by an invariant either: one 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -37,6 +39,14 @@ def _first(mask: np.ndarray) -> tuple[int, ...] | None:
     if not mask.any():
         return None
     return tuple(int(i) for i in np.unravel_index(int(np.argmax(mask)), mask.shape))
+
+
+def _flag(found: list[Violation], name: str, bad: np.ndarray, text: Callable[[int, Any], str]) -> None:
+    """A violation of ``name`` where ``bad`` holds anywhere: its count, first index and ``text(count, index)``
+    (called at once, so it may read the caller's loop variables)."""
+    if bad.any():
+        i, n = _first(bad), int(bad.sum())
+        found.append(Violation(name, n, i, text(n, i)))
 
 
 def check_invariants(
@@ -77,45 +87,29 @@ def check_invariants(
                 continue  # the comparison reports the shape mismatch
             if name == "finite":
                 bad = ~np.isfinite(o) & np.isfinite(r) & ~skip
-                if bad.any():
-                    found.append(
-                        Violation(
-                            name,
-                            int(bad.sum()),
-                            _first(bad),
-                            f"{int(bad.sum())} non-finite outputs where the reference is finite",
-                        )
-                    )
+                _flag(found, name, bad, lambda n, i: f"{n} non-finite outputs where the reference is finite")
             elif name == "non_negative":
                 bad = (o < 0) & (r >= 0) & ~skip
-                if bad.any():
-                    i = _first(bad)
-                    found.append(
-                        Violation(
-                            name,
-                            int(bad.sum()),
-                            i,
-                            f"{int(bad.sum())} negative outputs (first {o[i]:.6g} at {list(i)})"
-                            if i
-                            else "negative outputs",
-                        )
-                    )
+                _flag(
+                    found,
+                    name,
+                    bad,
+                    lambda n, i: f"{n} negative outputs (first {o[i]:.6g} at {list(i)})" if i else "negative outputs",
+                )
             elif name == "normalized" and o.ndim >= 1 and o.shape[-1] > 0:
                 n = o.shape[-1]
                 bound = n * atol + rtol + 4 * n * np.finfo(np.float32).eps
                 so, sr = o.sum(axis=-1), r.sum(axis=-1)
                 bad = ~(np.abs(so - 1.0) <= bound) & (np.abs(sr - 1.0) <= bound) & ~skip.any(axis=-1)
-                if bad.any():
-                    i = _first(bad)
-                    found.append(
-                        Violation(
-                            name,
-                            int(bad.sum()),
-                            i,
-                            f"{int(bad.sum())} rows do not sum to 1 "
-                            f"(row {list(i) if i else '?'} sums to {so[i]:.6g}, bound {bound:.3g})",
-                        )
-                    )
+                _flag(
+                    found,
+                    name,
+                    bad,
+                    lambda count, i: (
+                        f"{count} rows do not sum to 1 "
+                        f"(row {list(i) if i else '?'} sums to {so[i]:.6g}, bound {bound:.3g})"  # noqa: B023
+                    ),
+                )
             elif name == "symmetric" and o.ndim >= 2 and o.shape[-1] == o.shape[-2]:
                 # the comparison's own per-element bound where it measured ill-conditioning (the rounding of
                 # huge, cancelling terms differs between [i, j] and [j, i]), else the plain tolerance
@@ -128,10 +122,5 @@ def check_invariants(
                     & (np.abs(r - np.swapaxes(r, -1, -2)) <= allowed)
                     & ~(skip | np.swapaxes(skip, -1, -2))
                 )
-                if bad.any():
-                    found.append(
-                        Violation(
-                            name, int(bad.sum()), _first(bad), f"{int(bad.sum())} elements differ from their transpose"
-                        )
-                    )
+                _flag(found, name, bad, lambda n, i: f"{n} elements differ from their transpose")
     return found

@@ -226,6 +226,46 @@ def exit_code(doc: dict[str, Any], *, fail_on_regression: bool) -> int:
     return 0
 
 
+def _document(
+    config: Config,
+    *,
+    mode: str | None,
+    seed: int,
+    run_id: str | None,
+    shard: str | None,
+    elapsed: float,
+    fail_on_regression: bool,
+    ops: list[dict[str, Any]],
+    kernels: list[dict[str, Any]],
+    regressions: list[dict[str, Any]],
+    **more: Any,
+) -> dict[str, Any]:
+    """The results document of these entries (``more``: keys after the regressions), with its summary, status
+    and exit code."""
+    doc: dict[str, Any] = {
+        "schema": SCHEMA,
+        "tool": {"name": "gpuemu-ls", "version": __version__},
+        "workspace": str(config.root),
+        "config": config.path.name,
+        "project": config.project_name,
+        "mode": mode,
+        "seed": seed,
+        "run_id": run_id,
+        "shard": shard,
+        "created_at": time.time(),
+        "elapsed": elapsed,
+        "fail_on_regression": fail_on_regression,
+        "ops": ops,
+        "kernels": kernels,
+        "regressions": regressions,
+        **more,
+    }
+    doc["summary"] = summarize(ops + kernels, regressions)
+    doc["status"] = overall_status(ops + kernels)
+    doc["exit_code"] = exit_code(doc, fail_on_regression=fail_on_regression)
+    return doc
+
+
 def build_document(
     config: Config,
     run: RunResult | None,
@@ -238,30 +278,19 @@ def build_document(
     extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     ops = [op_entry_dict(config, o) for o in run.outcomes] if run else []
-    kernels = kernels or []
-    regressions = regressions or []
-    entries = ops + kernels
-    doc: dict[str, Any] = {
-        "schema": SCHEMA,
-        "tool": {"name": "gpuemu-ls", "version": __version__},
-        "workspace": str(config.root),
-        "config": config.path.name,
-        "project": config.project_name,
-        "mode": mode or (run.mode if run else None),
-        "seed": run.seed if run else config.validation.seed,
-        "run_id": run.run_id if run else None,
-        "shard": shard,
-        "created_at": time.time(),
-        "elapsed": round(run.elapsed, 4) if run else 0.0,
-        "fail_on_regression": fail_on_regression,
-        "ops": ops,
-        "kernels": kernels,
-        "regressions": regressions,
-        "budget": budget_summary(ops, run.budget if run else None),
-    }
-    doc["summary"] = summarize(entries, regressions)
-    doc["status"] = overall_status(entries)
-    doc["exit_code"] = exit_code(doc, fail_on_regression=fail_on_regression)
+    doc = _document(
+        config,
+        mode=mode or (run.mode if run else None),
+        seed=run.seed if run else config.validation.seed,
+        run_id=run.run_id if run else None,
+        shard=shard,
+        elapsed=round(run.elapsed, 4) if run else 0.0,
+        fail_on_regression=fail_on_regression,
+        ops=ops,
+        kernels=kernels or [],
+        regressions=regressions or [],
+        budget=budget_summary(ops, run.budget if run else None),
+    )
     if extra:
         doc.update(extra)
     return doc
@@ -456,24 +485,15 @@ def document_from_store(
                     entry.pop(k, None)
             kernels.append(entry)
 
-    doc: dict[str, Any] = {
-        "schema": SCHEMA,
-        "tool": {"name": "gpuemu-ls", "version": __version__},
-        "workspace": str(config.root),
-        "config": config.path.name,
-        "project": config.project_name,
-        "mode": "stored",
-        "seed": config.validation.seed,
-        "run_id": None,
-        "shard": None,
-        "created_at": time.time(),
-        "elapsed": sum(e["elapsed"] or 0 for e in ops),
-        "fail_on_regression": False,
-        "ops": ops,
-        "kernels": kernels,
-        "regressions": [],
-    }
-    doc["summary"] = summarize(ops + kernels, [])
-    doc["status"] = overall_status(ops + kernels)
-    doc["exit_code"] = exit_code(doc, fail_on_regression=False)
-    return doc
+    return _document(
+        config,
+        mode="stored",
+        seed=config.validation.seed,
+        run_id=None,
+        shard=None,
+        elapsed=sum(e["elapsed"] or 0 for e in ops),
+        fail_on_regression=False,
+        ops=ops,
+        kernels=kernels,
+        regressions=[],
+    )

@@ -115,19 +115,16 @@ def run_case(
         result.snapshot = pristine if spec.layout == "contiguous" else inputs.logical
         return result
 
+    def call_failed(who: str, exc: CallError) -> CaseResult:  # "op_timeout", "reference_error", ...
+        kind = f"{who}_{exc.kind}" if exc.kind != "raised" else f"{who}_error"
+        return fail("error", kind, exc.message, file=exc.file, line=exc.line, stderr=exc.stderr)
+
     phase("op")
     t0 = time.perf_counter()
     try:
         op_out = ctx.op_runner.call(inputs.views, dict(op.kwargs))
     except CallError as exc:
-        return fail(
-            "error",
-            f"op_{exc.kind}" if exc.kind != "raised" else "op_error",
-            exc.message,
-            file=exc.file,
-            line=exc.line,
-            stderr=exc.stderr,
-        )
+        return call_failed("op", exc)
     result.durations["op"] = time.perf_counter() - t0
 
     mutated = [n for n, v in inputs.views.items() if not _same_bytes(_memory(v, spec.layout), pristine[n])]
@@ -142,14 +139,7 @@ def run_case(
     try:
         ref_out, ref_overflowed = call_flagged(ctx.ref_runner, ref_inputs, dict(op.kwargs))
     except CallError as exc:
-        return fail(
-            "error",
-            f"reference_{exc.kind}" if exc.kind != "raised" else "reference_error",
-            exc.message,
-            file=exc.file,
-            line=exc.line,
-            stderr=exc.stderr,
-        )
+        return call_failed("reference", exc)
     result.durations["reference"] = time.perf_counter() - t0
 
     phase("compare")

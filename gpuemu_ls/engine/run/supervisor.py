@@ -26,10 +26,9 @@ from ..cases.plan import CaseSpec
 from ..config.model import OpConfig, ValidationConfig
 from ..oracle.outcome import CaseResult
 from . import contain
-from .zygote import ForkedProcess, get_zygote, python_cmd
+from .zygote import ForkedProcess, get_zygote, start_python
 
 STDERR_TAIL = 3000
-_PACKAGE_PARENT = str(Path(__file__).resolve().parents[3])
 
 
 class Cancelled(Exception):
@@ -74,18 +73,7 @@ class Worker:
             except (RuntimeError, OSError):
                 self.proc = None
         if self.proc is None:  # no fork server here: a fresh interpreter
-            env = dict(os.environ)
-            env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_PARENT, env.get("PYTHONPATH", "")) if p)
-            env.setdefault("PYTHONUNBUFFERED", "1")
-            self.proc = subprocess.Popen(
-                python_cmd("gpuemu_ls.engine.run.worker", str(child.fileno()), str(memory_mb or 0)),
-                pass_fds=(child.fileno(),),
-                stdin=subprocess.DEVNULL,
-                stdout=self.log,
-                stderr=self.log,
-                start_new_session=True,
-                env=env,
-            )
+            self.proc = start_python("gpuemu_ls.engine.run.worker", child.fileno(), str(memory_mb or 0), log=self.log)
         child.close()
         self.conn = Connection(parent.detach())
         self.poller = select.poll()  # one for the worker's life (multiprocessing's wait() builds one per call)

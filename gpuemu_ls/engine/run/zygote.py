@@ -34,6 +34,23 @@ from . import contain
 _PACKAGE_PARENT = str(Path(__file__).resolve().parents[3])
 
 
+def start_python(module: str, fd: int, *args: str, log: Any = subprocess.DEVNULL) -> subprocess.Popen[bytes]:
+    """A fresh interpreter running ``module.main([fd, *args])`` (see :func:`python_cmd`) in its own session,
+    given the socket ``fd``, this package importable and unbuffered output going to ``log``."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_PARENT, env.get("PYTHONPATH", "")) if p)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return subprocess.Popen(
+        python_cmd(module, str(fd), *args),
+        pass_fds=(fd,),
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=log,
+        start_new_session=True,
+        env=env,
+    )
+
+
 def python_cmd(module: str, *args: str) -> list[str]:
     """``python -c`` running ``module.main(args)`` with no current-folder entry on ``sys.path``.
 
@@ -52,18 +69,7 @@ class Zygote:
 
     def __init__(self) -> None:
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_PARENT, env.get("PYTHONPATH", "")) if p)
-        env.setdefault("PYTHONUNBUFFERED", "1")
-        self.proc = subprocess.Popen(
-            python_cmd("gpuemu_ls.engine.run.zygote", str(child.fileno())),
-            pass_fds=(child.fileno(),),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-            env=env,
-        )
+        self.proc = start_python("gpuemu_ls.engine.run.zygote", child.fileno())
         child.close()
         self.sock = parent
         self.lock = threading.Lock()  # one spawn request at a time
