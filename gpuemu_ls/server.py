@@ -455,9 +455,8 @@ def create_server() -> GpuemuServer:
 
     @server.feature(lsp.TEXT_DOCUMENT_DID_OPEN)
     def did_open(ls: GpuemuServer, params: lsp.DidOpenTextDocumentParams) -> None:
-        path = uri_to_path(params.text_document.uri)
-        s = ls.session_for(path) if path is not None else None
-        if s is None:
+        path, s = _file_session(ls, params.text_document.uri)
+        if path is None or s is None:
             return
         if path == s.config_path and params.text_document.text != s.loaded_text:
             # an unsaved buffer, or a file that changed on disk unseen (watch off, a checkout while busy)
@@ -486,9 +485,8 @@ def create_server() -> GpuemuServer:
 
     @server.feature(lsp.TEXT_DOCUMENT_DID_SAVE)
     def did_save(ls: GpuemuServer, params: lsp.DidSaveTextDocumentParams) -> None:
-        path = uri_to_path(params.text_document.uri)
-        s = ls.session_for(path) if path is not None else None
-        if s is None:
+        path, s = _file_session(ls, params.text_document.uri)
+        if path is None or s is None:
             return
         ls.handled_mtime[path] = _mtime(path)
         ls.on_changed(s, {path}, "save")
@@ -497,8 +495,7 @@ def create_server() -> GpuemuServer:
     def did_change_watched(ls: GpuemuServer, params: lsp.DidChangeWatchedFilesParams) -> None:
         by_session: dict[Path, set[Path]] = {}
         for ch in params.changes:
-            path = uri_to_path(ch.uri)
-            s = ls.session_for(path) if path is not None else None
+            path, s = _file_session(ls, ch.uri)
             if s is not None and path is not None and s.owns(path):
                 by_session.setdefault(s.root, set()).add(path)
         for root, paths in by_session.items():
@@ -556,6 +553,12 @@ def create_server() -> GpuemuServer:
     for name in COMMANDS:
         server.command(name)(command_handler(name))
     return server
+
+
+def _file_session(ls: GpuemuServer, uri: str) -> tuple[Path | None, WorkspaceSession | None]:
+    """The file a URI names, and the workspace session it belongs to (None, None: not a file)."""
+    path = uri_to_path(uri)
+    return path, ls.session_for(path) if path is not None else None
 
 
 def _read_text(path: Path) -> str | None:

@@ -38,10 +38,9 @@ def code_actions(session: WorkspaceSession, diagnostics: list[lsp.Diagnostic], t
         args = [{"workspace": str(session.root), "op": op_name, "seed": seed}]
         if seed is not None:
             actions.append(
-                lsp.CodeAction(
+                _quick_fix(
                     f"Reproduce failure of {op_name} (seed {seed})",
-                    kind=lsp.CodeActionKind.QuickFix,
-                    diagnostics=[d],
+                    d,
                     command=lsp.Command("Reproduce failure", REPRODUCE, arguments=args),
                     is_preferred=True,
                 )
@@ -50,20 +49,18 @@ def code_actions(session: WorkspaceSession, diagnostics: list[lsp.Diagnostic], t
             if isinstance(mini, dict) and mini:  # `gpuemu minimize` stored a smaller case: offer it too
                 shapes = " ".join(f"{k}=[{', '.join(map(str, v))}]" for k, v in mini.items() if isinstance(v, list))
                 actions.append(
-                    lsp.CodeAction(
+                    _quick_fix(
                         f"Reproduce minimized case of {op_name} (seed {seed}, {shapes})",
-                        kind=lsp.CodeActionKind.QuickFix,
-                        diagnostics=[d],
+                        d,
                         command=lsp.Command(
                             "Reproduce minimized case", REPRODUCE, arguments=[{**args[0], "minimized": True}]
                         ),
                     )
                 )
             actions.append(
-                lsp.CodeAction(
+                _quick_fix(
                     f"Minimize test case of {op_name} (seed {seed})",
-                    kind=lsp.CodeActionKind.QuickFix,
-                    diagnostics=[d],
+                    d,
                     command=lsp.Command("Minimize test case", MINIMIZE, arguments=args),
                 )
             )
@@ -76,19 +73,17 @@ def code_actions(session: WorkspaceSession, diagnostics: list[lsp.Diagnostic], t
                 if new is not None and new != toml_text:
                     edit = lsp.WorkspaceEdit(changes={cfg.path.as_uri(): [lsp.TextEdit(_whole(toml_text), new)]})
                     actions.append(
-                        lsp.CodeAction(
+                        _quick_fix(
                             f"Pin seed {seed} as a regression case of {op_name}",
-                            kind=lsp.CodeActionKind.QuickFix,
-                            diagnostics=[d],
+                            d,
                             edit=edit,
                         )
                     )
         if (data.get("failureKind") in ("mismatch", None) or seed is None) and not looks_like_bug(session, op_name):
             actions.append(
-                lsp.CodeAction(
+                _quick_fix(
                     f"Apply calibrated tolerance to {op_name} (only if the op is known to be correct)",
-                    kind=lsp.CodeActionKind.QuickFix,
-                    diagnostics=[d],
+                    d,
                     command=lsp.Command(
                         "Apply calibrated tolerance",
                         CALIBRATE,
@@ -97,6 +92,11 @@ def code_actions(session: WorkspaceSession, diagnostics: list[lsp.Diagnostic], t
                 )
             )
     return actions
+
+
+def _quick_fix(title: str, d: lsp.Diagnostic, **what: Any) -> lsp.CodeAction:
+    """A quick fix of diagnostic ``d``: its ``command`` or ``edit`` (and ``is_preferred``) in ``what``."""
+    return lsp.CodeAction(title, kind=lsp.CodeActionKind.QuickFix, diagnostics=[d], **what)
 
 
 LENS_ICON = {"passed": "✓", "failed": "✗", "error": "!", "not_run": "○"}

@@ -6,12 +6,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 from lsprotocol import types as lsp
 
 from ..engine.config.keys import CONFIG_NAME
+from ..engine.config.model import Config, OpConfig
 from ..session.jobs import Job
 from ..session.workspace import WorkspaceSession
 from . import Server
@@ -137,6 +139,13 @@ async def _with_progress(ls: Server, s: WorkspaceSession, title: str, fn: Any) -
             ls.token_jobs.pop(token, None)
 
 
+def _config_op(s: WorkspaceSession, op_name: str) -> tuple[Config, OpConfig]:
+    """The session's configuration (a command runs only once it loaded) and its op ``op_name``."""
+    cfg = s.config
+    assert cfg is not None
+    return cfg, cfg.op(op_name)
+
+
 async def _reproduce(
     ls: Server, s: WorkspaceSession, op_name: str, seed: int, *, minimized: bool = False
 ) -> dict[str, Any]:
@@ -145,13 +154,10 @@ async def _reproduce(
     from ..engine.store.db import Store
     from ..engine.tools.repro import write_repro
 
-    cfg = s.config
-    assert cfg is not None
-    op = cfg.op(op_name)
+    cfg, op = _config_op(s, op_name)
 
     def work(job: Job) -> dict[str, Any]:
-        store = Store(s.store_file)
-        try:
+        with closing(Store(s.store_file)) as store:
             if minimized:  # the case `gpuemu minimize` stored (its shapes), as `gpuemu reproduce --minimized`
                 found = store.find_minimized(op.name, seed)
                 if found is None:
@@ -166,8 +172,6 @@ async def _reproduce(
                 specs_by_op={op.name: [spec]},
                 snapshots={op.name: {seed: snap}} if snap is not None else None,
             )
-        finally:
-            store.close()
         case = result.outcomes[0].cases[0] if result.outcomes and result.outcomes[0].cases else None
         inputs = snap if snap is not None else generate_inputs(op, spec).logical
         repro = write_repro(cfg, op, spec, inputs, case, label="_min" if minimized else "")
@@ -201,17 +205,12 @@ async def _minimize(ls: Server, s: WorkspaceSession, op_name: str, seed: int) ->
     from ..engine.tools.minimize import describe, minimize, store_minimized
     from ..engine.tools.repro import write_repro
 
-    cfg = s.config
-    assert cfg is not None
-    op = cfg.op(op_name)
+    cfg, op = _config_op(s, op_name)
 
     def work(job: Job) -> dict[str, Any]:
-        store = Store(s.store_file)
-        try:
+        with closing(Store(s.store_file)) as store:
             res = minimize(cfg, op, seed, store, cancel=job.cancel)
             store_minimized(store, cfg, res, command="gpuemu-ls minimize")
-        finally:
-            store.close()
         repro = write_repro(cfg, op, res.minimized.spec, res.minimized_inputs, res.minimized, label="_min")
         return {**describe(res), "repro": str(repro)}
 
@@ -228,9 +227,7 @@ async def _calibrate(ls: Server, s: WorkspaceSession, op_name: str, iterations: 
     refused with its reason and offers nothing to apply."""
     from ..engine.tools.calibrate import CalibrationRefused, calibrate, tolerance_text
 
-    cfg = s.config
-    assert cfg is not None
-    op = cfg.op(op_name)
+    cfg, op = _config_op(s, op_name)
 
     def work(job: Job) -> list[Any]:
         return calibrate(cfg, op, iterations=iterations)
