@@ -100,20 +100,33 @@ def _fallback_qualified_name(symbol: str) -> str | None:
     return "::".join(parts) or None
 
 
+def matching_bracket(text: str, at: int, step: int = 1) -> int | None:
+    """Index of the bracket that closes (``step=1``) or opens (``step=-1``) the one at ``at``, or None.
+
+    Brackets of the same kind as ``text[at]`` nest; other characters are skipped.
+    """
+    pairs = {"(": ")", "{": "}", "<": ">", "[": "]"}
+    mine = text[at]
+    other = pairs.get(mine) or next(k for k, v in pairs.items() if v == mine)
+    depth = 0
+    idx = at
+    while 0 <= idx < len(text):
+        if text[idx] == mine:
+            depth += 1
+        elif text[idx] == other:
+            depth -= 1
+            if depth == 0:
+                return idx
+        idx += step
+    return None
+
+
 def _strip_params(signature: str) -> str:
     """'void ns::f<int>(int*, float)' -> 'void ns::f<int>' (parameter list removed, balanced)."""
     if not signature.endswith(")"):
         return signature
-    depth = 0
-    for idx in range(len(signature) - 1, -1, -1):
-        c = signature[idx]
-        if c == ")":
-            depth += 1
-        elif c == "(":
-            depth -= 1
-            if depth == 0:
-                return signature[:idx]
-    return signature
+    start = matching_bracket(signature, len(signature) - 1, step=-1)
+    return signature if start is None else signature[:start]
 
 
 def _last_top_level_token(text: str) -> str:

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 
 from .instructions import Instruction, histogram
+from .names import matching_bracket
 
 _COMMENT_OR_STRING_RE = re.compile(r'"(?:[^"\\\n]|\\.)*"|//[^\n]*|/\*.*?\*/', re.S)
 _ENTRY_RE = re.compile(r"\.entry\s+([A-Za-z_$%][\w$%]*)")
@@ -44,19 +45,6 @@ class PtxEntry:
     @property
     def counts(self) -> dict[str, int]:
         return histogram(self.instructions)
-
-
-def _matching_brace(text: str, open_idx: int) -> int:
-    depth = 0
-    for idx in range(open_idx, len(text)):
-        c = text[idx]
-        if c == "{":
-            depth += 1
-        elif c == "}":
-            depth -= 1
-            if depth == 0:
-                return idx
-    return len(text)
 
 
 def parse_statements(body: str) -> list[Instruction]:
@@ -100,7 +88,8 @@ def parse_ptx(text: str) -> list[PtxEntry]:
         if 0 <= paren < brace:
             close = clean.find(")", paren)
             brace = clean.find("{", close) if close >= 0 else brace
-        end = _matching_brace(clean, brace)
+        end = matching_bracket(clean, brace)
+        end = len(clean) if end is None else end
         line = clean.count("\n", 0, m.start()) + 1
         entries.append(PtxEntry(m.group(1), line, parse_statements(clean[brace + 1 : end])))
     return entries
