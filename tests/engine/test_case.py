@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import dataclasses
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from kit.cases import spec_with
 from kit.ops import op_toml, project_toml
 
-from gpuemu_ls.engine.cases.plan import CaseSpec, derive_case, shape_of
+from gpuemu_ls.engine.cases.plan import derive_case
 from gpuemu_ls.engine.config.load import load_config
-from gpuemu_ls.engine.config.model import Config, OpConfig
+from gpuemu_ls.engine.config.model import Config
 from gpuemu_ls.engine.run import wire
 from gpuemu_ls.engine.run.case import CaseContext, CaseResult, run_case
 from gpuemu_ls.engine.run.frameworks import Adapter
@@ -286,24 +286,11 @@ def ctx_for(
     return CaseContext(root, op, cfg.validation, op_runner, ref_runner)
 
 
-def spec_for(op: OpConfig, seed: int = 0, **changes: object) -> CaseSpec:
-    spec = derive_case(op, seed)
-    dims = dict(spec.dims, **changes.pop("dims", {}))  # type: ignore[arg-type]
-    dist = changes.get("distribution", spec.distribution)
-    return dataclasses.replace(
-        spec,
-        dims=dims,
-        shapes={i.name: shape_of(i.shape, dims) for i in op.inputs},
-        input_distributions={i.name: dist for i in op.inputs},
-        **changes,
-    )
-
-
 def run(
     cfg: Config, module: str, seed: int = 0, op_name: str = "softmax", reference: str | None = None, **changes: object
 ) -> CaseResult:
     ctx = ctx_for(cfg, op_name, module, reference)
-    return run_case(ctx, spec_for(ctx.op, seed, **changes))
+    return run_case(ctx, spec_with(ctx.op, seed, **changes))
 
 
 def test_a_correct_op_passes_across_dtypes_layouts_and_distributions(cfg: Config) -> None:
@@ -423,7 +410,7 @@ def test_op_script_receives_strides(cfg: Config) -> None:
     ctx = ctx_for(cfg, "softmax", op_runner=runner)
     for layout in ("contiguous", "transposed", "strided"):
         r = run_case(
-            ctx, spec_for(ctx.op, 0, dtype="float32", layout=layout, distribution="normal", dims={"B": 3, "N": 9})
+            ctx, spec_with(ctx.op, 0, dtype="float32", layout=layout, distribution="normal", dims={"B": 3, "N": 9})
         )
         assert r.passed, (layout, r.message)
 
@@ -437,7 +424,7 @@ def test_script_with_syntax_error_names_its_line(cfg: Config, tmp_path: Path) ->
 
 def test_replay_from_a_snapshot_is_byte_for_byte(cfg: Config) -> None:
     ctx = ctx_for(cfg, "softmax", "case_ops:softmax_buggy")
-    spec = spec_for(ctx.op, 5, dtype="float32", layout="strided", distribution="normal", dims={"B": 3, "N": 33})
+    spec = spec_with(ctx.op, 5, dtype="float32", layout="strided", distribution="normal", dims={"B": 3, "N": 33})
     first = run_case(ctx, spec)
     again = run_case(ctx, spec, snapshot=first.snapshot)
     assert again.from_snapshot and not first.from_snapshot
@@ -460,7 +447,7 @@ def test_correct_float32_matmul_on_extreme_values_is_never_failed_for_inherent_o
     ctx = ctx_for(cfg, "matmul")
     a = np.array([[1.20006895, 1.03715992], [1.0, 2.0]], dtype=np.float32)
     b = np.array([[-3.40282306e38, 1.0], [3.40282306e38, 0.5]], dtype=np.float32)
-    spec = spec_for(ctx.op, 0, layout="contiguous", distribution="boundary", dims={"M": 2, "K": 2, "N": 2})
+    spec = spec_with(ctx.op, 0, layout="contiguous", distribution="boundary", dims={"M": 2, "K": 2, "N": 2})
     result = run_case(ctx, spec, snapshot={"a": a, "b": b})
     assert result.status == "passed", result.message
     c = result.comparisons[0]
@@ -498,7 +485,7 @@ def test_constant_rows_layernorm_widened_where_measured(cfg: Config) -> None:
 
 def test_layernorm_with_a_real_bug_still_fails(cfg: Config) -> None:
     ctx = ctx_for(cfg, "layernorm", "case_ops:layernorm_buggy")
-    spec = spec_for(ctx.op, 1, distribution="normal", dims={"B": 4, "N": 64})
+    spec = spec_with(ctx.op, 1, distribution="normal", dims={"B": 4, "N": 64})
     r = run_case(ctx, spec)
     assert r.status == "failed" and r.kind == "mismatch"
 
@@ -592,7 +579,7 @@ def test_numpys_own_float32_layernorm_over_constant_transposed_rows_passes(cfg: 
     # a sequential float32 sum over a strided axis drifts by about n u in one direction on constant rows
     ctx = ctx_for(cfg, "layernorm", "case_ops:layernorm_numpy")
     results = [
-        run_case(ctx, spec_for(ctx.op, s, layout="transposed", dims={"B": 8, "N": n}))
+        run_case(ctx, spec_with(ctx.op, s, layout="transposed", dims={"B": 8, "N": n}))
         for s in range(4)
         for n in (257, 1000, 2048)
     ]
@@ -610,7 +597,7 @@ def test_a_small_element_does_not_borrow_the_slack_of_a_huge_ill_conditioned_one
         x = rng.standard_normal((16, 64)) * 0.5
         x[:4] = rng.choice([-1.0, 1.0], (4, 64)) * 2.0 ** rng.integers(40, 56, (4, 64))
         x = x.astype(np.float32)
-        spec = spec_for(ctx.op, trial, layout="contiguous", distribution="large", dims={"B": 16, "N": 64})
+        spec = spec_with(ctx.op, trial, layout="contiguous", distribution="large", dims={"B": 16, "N": 64})
         buggy = run_case(ctx, spec, snapshot={"x": x})
         assert buggy.status == "failed", buggy.message
         assert buggy.comparisons[0].mismatches >= 12  # every small row, whatever its huge neighbours
@@ -623,7 +610,7 @@ def test_float64_reference_overflow_is_out_of_range_not_a_failure(cfg: Config) -
     ctx = ctx_for(cfg, "matmul", "case_ops:matmul_long")
     a = np.array([[1e200, 1e200], [1.0, 2.0]])
     b = np.array([[1e200, 0.5], [-1e200, 0.25]])
-    spec = spec_for(
+    spec = spec_with(
         ctx.op, 0, dtype="float64", layout="contiguous", distribution="boundary", dims={"M": 2, "K": 2, "N": 2}
     )
     r = run_case(ctx, spec, snapshot={"a": a, "b": b})
@@ -636,7 +623,7 @@ def test_finite_invariant_accepts_an_inf_the_comparison_accepted(cfg: Config) ->
     # 100 * 1000 is beyond float16's range: the correct kernel's inf is what float16 holds there
     ctx = ctx_for(cfg, "scale")
     x = np.array([[100.0, 0.001], [-0.5, 64.0]], dtype=np.float16)
-    r = run_case(ctx, spec_for(ctx.op, 0, layout="contiguous", dims={"B": 2, "N": 2}), snapshot={"x": x})
+    r = run_case(ctx, spec_with(ctx.op, 0, layout="contiguous", dims={"B": 2, "N": 2}), snapshot={"x": x})
     assert r.passed, (r.message, r.violations)
 
 
@@ -644,7 +631,7 @@ def test_a_reference_nan_from_nan_free_inputs_is_suspect_not_the_ops_failure(cfg
     # a naive reference: a fully masked row gives -inf - -inf = NaN; the op correctly returns zeros there
     ctx = ctx_for(cfg, "softmax", "case_ops:softmax", "case_ops:softmax_ref")
     x = np.array([[-np.inf, -np.inf, -np.inf], [1.0, 2.0, 3.0]], dtype=np.float32)
-    spec = spec_for(ctx.op, 0, dtype="float32", layout="contiguous", dims={"B": 2, "N": 3})
+    spec = spec_with(ctx.op, 0, dtype="float32", layout="contiguous", dims={"B": 2, "N": 3})
     r = run_case(ctx, spec, snapshot={"x": x})
     c = r.comparisons[0]
     assert c.suspect_nan == 0 or r.passed  # NaN in both: matched either way

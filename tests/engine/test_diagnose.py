@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import dataclasses
 import re
 
 import pytest
+from kit.cases import spec_with
 from kit.ops import op_toml, project_toml
 
-from gpuemu_ls.engine.cases.plan import CaseSpec, derive_case, shape_of
+from gpuemu_ls.engine.cases.plan import CaseSpec
 from gpuemu_ls.engine.config.load import load_config
-from gpuemu_ls.engine.config.model import Config, OpConfig
+from gpuemu_ls.engine.config.model import Config
 from gpuemu_ls.engine.oracle.diagnose import confirm, diagnose_cases, find_condition
 from gpuemu_ls.engine.run.case import CaseContext, CaseResult, run_case
 from gpuemu_ls.engine.run.confirm import variant_spec
@@ -227,19 +227,6 @@ def cfg(tmp_path_factory: pytest.TempPathFactory, write_tree) -> Config:
     return load_config(root, user_config=root / "none.toml")
 
 
-def spec_for(op: OpConfig, seed: int, **changes: object) -> CaseSpec:
-    spec = derive_case(op, seed)
-    dims = dict(spec.dims, **changes.pop("dims", {}))  # type: ignore[arg-type]
-    dist = changes.get("distribution", spec.distribution)
-    return dataclasses.replace(
-        spec,
-        dims=dims,
-        shapes={i.name: shape_of(i.shape, dims) for i in op.inputs},
-        input_distributions={i.name: dist for i in op.inputs},
-        **changes,
-    )
-
-
 def context(cfg: Config, op_name: str, module: str | None = None) -> CaseContext:
     op = cfg.op(op_name)
     return CaseContext(
@@ -268,7 +255,7 @@ def sweep(
     cfg: Config, op_name: str, dim: str, values: list[int], module: str | None = None
 ) -> tuple[list[CaseResult], str]:
     op = cfg.op(op_name)
-    cases = run_all(cfg, op_name, [spec_for(op, i, dims={dim: v}) for i, v in enumerate(values)], module)
+    cases = run_all(cfg, op_name, [spec_with(op, i, dims={dim: v}) for i, v in enumerate(values)], module)
     return cases, diagnosed(cfg, op_name, cases, module)
 
 
@@ -291,7 +278,7 @@ def test_padding_read_into_a_reduction_spreads_over_the_whole_row(cfg: Config) -
 def test_layout_bug(cfg: Config) -> None:
     op = cfg.op("layout")
     specs = [
-        spec_for(op, s, layout=lay, dims={"B": b, "N": n})
+        spec_with(op, s, layout=lay, dims={"B": b, "N": n})
         for s, (lay, b, n) in enumerate(
             [
                 ("contiguous", 4, 16),
@@ -342,7 +329,7 @@ def test_missing_one_over_sqrt_d_is_named(cfg: Config) -> None:
 def test_nan_in_fully_masked_rows(cfg: Config) -> None:
     op = cfg.op("masked")
     specs = [
-        spec_for(op, s, distribution=d)
+        spec_with(op, s, distribution=d)
         for s, d in enumerate(["masked_rows", "normal", "masked_rows", "normal", "masked_rows"])
     ]
     cases = run_all(cfg, "masked", specs)
@@ -413,8 +400,8 @@ def test_find_condition_prefers_the_simplest_predicate(cfg: Config) -> None:
 
 def test_sqrt_d_hint_survives_a_tiny_failing_case(cfg: Config) -> None:
     op = cfg.op("attention")
-    specs = [spec_for(op, 0, dims={"D": 16, "M": 1, "N": 2})]  # 2 output elements: too few ratio samples
-    specs += [spec_for(op, i, dims={"D": d}) for i, d in enumerate([64, 4, 256], 1)]
+    specs = [spec_with(op, 0, dims={"D": 16, "M": 1, "N": 2})]  # 2 output elements: too few ratio samples
+    specs += [spec_with(op, i, dims={"D": d}) for i, d in enumerate([64, 4, 256], 1)]
     cases = run_all(cfg, "attention", specs)
     assert all(c.status == "failed" for c in cases)
     assert "op/ref = sqrt(D) in every case" in diagnose_cases(cases, op)
@@ -467,7 +454,7 @@ def test_a_disjunction_is_stated_when_each_side_is_shown_alone(cfg: Config) -> N
 def test_confirmation_cases_show_each_side_of_a_disjunction_alone(cfg: Config) -> None:
     op = cfg.op("twotrig")
     rows = [("normal", 512), ("normal", 1024), ("large", 64), ("large", 16), ("normal", 64), ("normal", 128)]
-    cases = run_all(cfg, "twotrig", [spec_for(op, i, distribution=d, dims={"N": n}) for i, (d, n) in enumerate(rows)])
+    cases = run_all(cfg, "twotrig", [spec_with(op, i, distribution=d, dims={"N": n}) for i, (d, n) in enumerate(rows)])
     assert [c.status for c in cases] == ["failed"] * 4 + ["passed"] * 2
     text = diagnosed(cfg, "twotrig", cases)
     assert re.match(
@@ -598,9 +585,9 @@ def test_a_rounding_bug_is_named_by_the_ties_it_gets_wrong(cfg: Config) -> None:
     """Half-up rounding fails only on exact ties whose nearest even lies toward zero: the `ties` values, and
     long rows of ordinary values now and then. No size or distribution says that; what the inputs held does."""
     op = cfg.op("cast")
-    specs = [spec_for(op, i, dims={"B": 64, "N": n}) for i, n in enumerate([4096, 4096, 2048, 4096])]
-    specs += [spec_for(op, 10 + i, dims={"B": b, "N": n}) for i, (b, n) in enumerate([(1, 7), (2, 33), (8, 64)])]
-    specs += [spec_for(op, 20 + i, distribution="ties", dims={"B": 4, "N": n}) for i, n in enumerate([16, 64, 5])]
+    specs = [spec_with(op, i, dims={"B": 64, "N": n}) for i, n in enumerate([4096, 4096, 2048, 4096])]
+    specs += [spec_with(op, 10 + i, dims={"B": b, "N": n}) for i, (b, n) in enumerate([(1, 7), (2, 33), (8, 64)])]
+    specs += [spec_with(op, 20 + i, distribution="ties", dims={"B": 4, "N": n}) for i, n in enumerate([16, 64, 5])]
     cases = run_all(cfg, "cast", specs)
     held = [bool(c.features["input_ties_down"]) for c in cases]
     assert [c.status == "failed" for c in cases] == held, [(c.status, c.features) for c in cases]
@@ -615,8 +602,8 @@ def test_a_max_started_at_zero_is_named_by_the_rows_wholly_below_it(cfg: Config)
     """A logsumexp whose running max starts at 0 is exact on ordinary rows (any shift is), and underflows to
     -inf on a row whose values all lie far below 0: large values, short rows, negative by chance."""
     op = cfg.op("lse")
-    specs = [spec_for(op, i, distribution="large", dims={"B": 1 + i % 3, "N": 1 + i % 2}) for i in range(12)]
-    specs += [spec_for(op, 100 + i, dims={"N": n}) for i, n in enumerate([1, 2, 8, 64])]
+    specs = [spec_with(op, i, distribution="large", dims={"B": 1 + i % 3, "N": 1 + i % 2}) for i in range(12)]
+    specs += [spec_with(op, 100 + i, dims={"N": n}) for i, n in enumerate([1, 2, 8, 64])]
     cases = run_all(cfg, "lse", specs)
     low = [c.features["row_max_min"] < -100 for c in cases]
     assert [c.status == "failed" for c in cases] == low, [(c.status, c.features["row_max_min"]) for c in cases]

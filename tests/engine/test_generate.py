@@ -8,12 +8,13 @@ import hashlib
 import ml_dtypes
 import numpy as np
 import pytest
+from kit.cases import spec_with
 from kit.ops import identity_py, op_toml, project_toml
 from kit.workspace import load_op
 
 from gpuemu_ls.engine import dtypes as dt
 from gpuemu_ls.engine.cases.generate import _cast, generate_inputs, make_layout, with_layout
-from gpuemu_ls.engine.cases.plan import CaseSpec, derive_case, shape_of
+from gpuemu_ls.engine.cases.plan import derive_case
 from gpuemu_ls.engine.config.keys import DISTRIBUTIONS
 from gpuemu_ls.engine.config.model import OpConfig
 
@@ -188,16 +189,6 @@ GOLDEN = [
 def gen_op(tmp_path_factory: pytest.TempPathFactory) -> OpConfig:
     root = tmp_path_factory.mktemp("gen")
     return load_op(root, gen_toml(), "gen", {"ops.py": OPS_PY}, user_config=root / "none.toml")
-
-
-def spec_with(op: OpConfig, seed: int = 0, **changes: object) -> CaseSpec:
-    """derive_case(op, seed) with some fields replaced; dims changes also update the shapes."""
-    spec = derive_case(op, seed)
-    dims = dict(spec.dims, **changes.pop("dims", {}))  # type: ignore[arg-type]
-    shapes = {i.name: shape_of(i.shape, dims) for i in op.inputs}
-    dist = changes.get("distribution", spec.distribution)
-    per_input = {k: (v if v == "range" else dist) for k, v in spec.input_distributions.items()}
-    return dataclasses.replace(spec, dims=dims, shapes=shapes, input_distributions=per_input, **changes)
 
 
 def sha(a: np.ndarray) -> str:
