@@ -164,3 +164,18 @@ def identity_py(*params: str) -> str:
     """An ops.py whose ``op`` and ``ref`` take ``params`` and return the first (for plans and inputs only)."""
     sig = ", ".join(params)
     return f"def op({sig}):\n    return {params[0]}\n\ndef ref({sig}):\n    return {params[0]}\n"
+
+
+#: a script reference (``reference = "refs/ref.py"``): the case as JSON on stdin, 2 * x as float64 on stdout
+DOUBLE_REF_SCRIPT = """import base64
+import json
+import sys
+
+import numpy as np
+
+req = json.load(sys.stdin)
+x = req["inputs"]["x"]
+a = np.frombuffer(base64.b64decode(x["data"]), dtype=x["dtype"]).reshape(x["shape"]) * 2.0
+print(json.dumps({"outputs": {"result": {"shape": list(a.shape), "dtype": "float64",
+                                         "data": base64.b64encode(a.tobytes()).decode()}}}))
+"""

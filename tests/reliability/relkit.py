@@ -104,6 +104,18 @@ def run_cli(
     )
 
 
+def start_cli(root: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    """``gpuemu -C root ARGS`` started in ``root`` and left running, its output piped (read it with communicate)."""
+    return subprocess.Popen(
+        [*CLI, "-C", str(root), *args],
+        env=env or child_env(),
+        cwd=str(root),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
 def run_check(
     root: Path,
     *args: str,
@@ -512,6 +524,12 @@ async def stop_server(client: Any, timeout: float = 60.0) -> int | None:
     finally:
         await force_close(client)
     return code
+
+
+def clean_exit(code: int | None) -> None:
+    """The suite's figures count a server that did not exit 0 (``stop_server``'s code); then it must have."""
+    record("server", unexpected_exits=int(code != 0))
+    assert code == 0, f"the server exited with {code}"
 
 
 async def force_close(client: Any) -> None:

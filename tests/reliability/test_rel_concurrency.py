@@ -80,24 +80,16 @@ async def test_server_two_clis_the_api_and_writers_lose_no_row(tmp_path: Path, c
     try:
         for name, no_zygote in (("cli-1", False), ("cli-2", True)):
             reports[name] = tmp_path / f"{name}.json"
-            procs[name] = subprocess.Popen(
-                [
-                    *relkit.CLI,
-                    "-C",
-                    str(root),
-                    "test",
-                    "--quick",
-                    "--no-progress",
-                    "--format",
-                    "json",
-                    "--output",
-                    str(reports[name]),
-                ],
+            procs[name] = relkit.start_cli(
+                root,
+                "test",
+                "--quick",
+                "--no-progress",
+                "--format",
+                "json",
+                "--output",
+                str(reports[name]),
                 env=relkit.child_env({relkit.TAG_VAR: tag}, no_zygote=no_zygote),
-                cwd=str(root),
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
             )
         procs["api"] = subprocess.Popen(
             [relkit.PY, "-c", API_SCRIPT, str(root), str(API_ROUNDS), str(ITER)],
@@ -149,8 +141,7 @@ async def test_server_two_clis_the_api_and_writers_lose_no_row(tmp_path: Path, c
         code = await relkit.stop_server(client)
     finally:
         await relkit.force_close(client)
-    relkit.record("server", unexpected_exits=int(code != 0))
-    assert code == 0
+    relkit.clean_exit(code)
 
     locked = sum(_locked(o + e) for _, o, e in outputs.values()) + _locked(log.read_text(errors="replace"))
     locked += sum(_locked(m.message) for m in client.messages)

@@ -88,26 +88,8 @@ def test_worker_kill9_mid_case_is_one_error_and_the_run_goes_on(
     tag = relkit.new_tag()
     env = relkit.child_env({relkit.TAG_VAR: tag}, no_zygote=mode == "no_zygote")
     out = tmp_path / "out.json"
-    proc = subprocess.Popen(
-        [
-            *relkit.CLI,
-            "-C",
-            str(root),
-            "test",
-            "--quick",
-            "--iterations",
-            "4",
-            "--no-progress",
-            "--format",
-            "json",
-            "--output",
-            str(out),
-        ],
-        env=env,
-        cwd=str(root),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    proc = relkit.start_cli(
+        root, "test", "--quick", "--iterations", "4", "--no-progress", "--format", "json", "--output", str(out), env=env
     )
     cleanup_pids.append(proc.pid)
     first = relkit.wait_until(lambda: _pids(root), 120, "the first case to start")[0]
@@ -143,26 +125,18 @@ def test_zygote_kill9_mid_case_costs_one_case(tmp_path: Path, cleanup_pids: list
     root = slow_ws(tmp_path / "ws")
     tag = relkit.new_tag()
     out = tmp_path / "out.json"
-    proc = subprocess.Popen(
-        [
-            *relkit.CLI,
-            "-C",
-            str(root),
-            "test",
-            "--quick",
-            "--iterations",
-            "3",
-            "--no-progress",
-            "--format",
-            "json",
-            "--output",
-            str(out),
-        ],
+    proc = relkit.start_cli(
+        root,
+        "test",
+        "--quick",
+        "--iterations",
+        "3",
+        "--no-progress",
+        "--format",
+        "json",
+        "--output",
+        str(out),
         env=relkit.child_env({relkit.TAG_VAR: tag}),
-        cwd=str(root),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
     )
     cleanup_pids.append(proc.pid)
     relkit.wait_until(lambda: _pids(root), 120, "the first case to start")
@@ -206,8 +180,7 @@ async def test_worker_kill9_in_the_server(tmp_path: Path) -> None:
         code = await relkit.stop_server(client)
     finally:
         await relkit.force_close(client)
-    relkit.record("server", unexpected_exits=int(code != 0))
-    assert code == 0
+    relkit.clean_exit(code)
     assert relkit.wait_gone(relkit.tagged(tag), 15) == []
 
 
@@ -458,8 +431,7 @@ async def test_full_tmpfs_cli_and_server(tmp_path: Path, tiny_tmpfs: Path) -> No
         code = await relkit.stop_server(client)
     finally:
         await relkit.force_close(client)
-    relkit.record("server", unexpected_exits=int(code != 0))
-    assert code == 0
+    relkit.clean_exit(code)
     assert relkit.integrity(db) == "ok" and relkit.intact_since(db, before) == []
     shutil.rmtree(root / ".gpuemu", ignore_errors=True)
 
@@ -491,6 +463,5 @@ async def test_a_corrupt_store_is_a_clear_error_not_a_crash(tmp_path: Path, dama
         code = await relkit.stop_server(client)
     finally:
         await relkit.force_close(client)
-    relkit.record("server", unexpected_exits=int(code != 0))
-    assert code == 0
+    relkit.clean_exit(code)
     assert db.read_bytes().endswith(junk), "the damaged file was overwritten"

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 import relkit
+from kit.ops import DOUBLE_REF_SCRIPT
 from kit.store import db_path
 from lsprotocol import types as lsp
 
@@ -45,20 +46,11 @@ def reference(x):
     return np.asarray(x, dtype=np.float64) * 2.0
 """
 
-LOUD_REF = """import base64
-import json
-import os
-import sys
-
-import numpy as np
-
-open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "MARK-ref-ran"), "a").close()
-req = json.load(sys.stdin)
-x = req["inputs"]["x"]
-a = np.frombuffer(base64.b64decode(x["data"]), dtype=x["dtype"]).reshape(x["shape"]) * 2.0
-print(json.dumps({"outputs": {"result": {"shape": list(a.shape), "dtype": "float64",
-                                         "data": base64.b64encode(a.tobytes()).decode()}}}))
-"""
+#: the doubling script reference, marking that it ran
+LOUD_REF = DOUBLE_REF_SCRIPT.replace("import json\n", "import json\nimport os\n").replace(
+    "req = ",
+    'open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "MARK-ref-ran"), "a").close()\nreq = ',
+)
 
 
 def loud_ws(root: Path) -> Path:
@@ -138,8 +130,7 @@ async def test_untrusted_workspace_runs_no_code_in_the_server(tmp_path: Path) ->
         code = await relkit.stop_server(client)
     finally:
         await relkit.force_close(client)
-    relkit.record("server", unexpected_exits=int(code != 0))
-    assert code == 0
+    relkit.clean_exit(code)
     # trusted from the start: the same request runs the code (so the marker works) ...
     client = await relkit.start_server(root, {**opts, "trusted": True})
     relkit.record("server", started=1)
@@ -157,8 +148,7 @@ async def test_untrusted_workspace_runs_no_code_in_the_server(tmp_path: Path) ->
         code = await relkit.stop_server(client)
     finally:
         await relkit.force_close(client)
-    relkit.record("server", unexpected_exits=int(code != 0))
-    assert code == 0
+    relkit.clean_exit(code)
 
 
 async def _start_with_settings(root: Path, init: dict[str, Any], settings: Any) -> Any:
@@ -260,8 +250,7 @@ async def test_trust_is_only_ever_lowered_after_initialize(tmp_path: Path) -> No
         code = await relkit.stop_server(client)
     finally:
         await relkit.force_close(client)
-    relkit.record("server", unexpected_exits=int(code != 0))
-    assert code == 0
+    relkit.clean_exit(code)
     # 4. trusted at start: lowering works at once and for good; raising again is refused
     client = await _start_with_settings(root, {**relkit.QUIET, "trusted": True}, {})
     relkit.record("server", started=1)
@@ -275,8 +264,7 @@ async def test_trust_is_only_ever_lowered_after_initialize(tmp_path: Path) -> No
         code = await relkit.stop_server(client)
     finally:
         await relkit.force_close(client)
-    relkit.record("server", unexpected_exits=int(code != 0))
-    assert code == 0
+    relkit.clean_exit(code)
 
 
 #: Text an op, a reference or any process writing the store controls, as markdown that would act if rendered:
@@ -348,8 +336,7 @@ async def test_hover_shows_stored_text_as_text_never_as_markup(tmp_path: Path) -
         code = await relkit.stop_server(client)
     finally:
         await relkit.force_close(client)
-    relkit.record("server", unexpected_exits=int(code != 0))
-    assert code == 0
+    relkit.clean_exit(code)
     for what, text in hovers.items():
         live = live_markup(text)
         for syntax in ("](", "![", "]:", "\n#", "~~", "&lt;", "**b"):
@@ -420,8 +407,7 @@ async def path_server(module_tmp: Path) -> Any:
     relkit.record("server", started=1)
     yield client
     code = await relkit.stop_server(client)
-    relkit.record("server", unexpected_exits=int(code != 0))
-    assert code == 0
+    relkit.clean_exit(code)
 
 
 @pytest.mark.asyncio(loop_scope="module")

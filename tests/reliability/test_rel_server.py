@@ -92,8 +92,7 @@ async def test_cancelled_run_request_is_answered_and_stops_its_workers(tmp_path:
         code = await relkit.stop_server(client)
     finally:
         await relkit.force_close(client)
-    relkit.record("server", unexpected_exits=int(code != 0))
-    assert code == 0
+    relkit.clean_exit(code)
     assert relkit.wait_gone(relkit.tagged(tag), 15) == []
 
 
@@ -189,8 +188,7 @@ async def test_cancelling_a_huge_run_stops_its_planning(tmp_path: Path) -> None:
         code = await relkit.stop_server(client)
     finally:
         await relkit.force_close(client)
-    relkit.record("server", unexpected_exits=int(code != 0))
-    assert code == 0
+    relkit.clean_exit(code)
 
 
 def test_iterations_have_one_maximum_in_engine_api_and_server_options(tmp_path: Path) -> None:
