@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from kit.cli import gpuemu
 
 if importlib.util.find_spec("torch") is None or importlib.util.find_spec("triton") is None:
     pytest.skip("the Triton benchmark workspace needs torch and triton", allow_module_level=True)
@@ -29,11 +29,7 @@ FAMILIES = ("softmax_looped", "layernorm", "rmsnorm", "matmul_ktiles", "flash_at
 
 
 def _gpuemu(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = dict(os.environ)
-    env.pop("GPUEMU_STORE", None)
-    return subprocess.run(
-        [sys.executable, "-m", "gpuemu_ls", *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=900
-    )
+    return gpuemu(*args, cwd=cwd, timeout=900)
 
 
 def test_every_family_has_a_correct_op_and_a_buggy_twin() -> None:

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from kit.cli import env as kit_env
+from kit.workspace import write_ws
 
 from gpuemu_ls.cli import build_parser
 
@@ -67,12 +69,7 @@ KERNEL_TOML = '\n[[kernels]]\nname = "twice"\nsource = "twice.cu"\n[kernels.arti
 
 
 def env(**extra: str) -> dict[str, str]:
-    e = dict(os.environ)
-    e.pop("GPUEMU_STORE", None)
-    e["GPUEMU_USER_CONFIG"] = os.devnull + ".missing.toml"
-    e["PYTHONDONTWRITEBYTECODE"] = "1"
-    e.update(extra)
-    return e
+    return kit_env(**{"GPUEMU_USER_CONFIG": os.devnull + ".missing.toml", "PYTHONDONTWRITEBYTECODE": "1", **extra})
 
 
 def run(argv: list[str], cwd: Path, stdin: bytes | None = None, **extra: str) -> subprocess.CompletedProcess[bytes]:
@@ -88,10 +85,7 @@ def prepared(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     out = {"none": base / "none"}
     out["none"].mkdir()
     for name, bad in (("pass", ""), ("mixed", BAD_OP)):
-        root = base / name
-        root.mkdir()
-        (root / "gpuemu.toml").write_text(TOML.format(bad=bad), encoding="utf-8")
-        (root / "ops.py").write_text(OPS_PY, encoding="utf-8")
+        root = write_ws(base / name, TOML.format(bad=bad), {"ops.py": OPS_PY})
         done = run(["gpuemu", "test", "--no-progress"], root)
         assert done.returncode == (1 if bad else 0), done.stdout.decode(errors="replace")
         out[name] = root
@@ -256,11 +250,8 @@ def test_documented_exit_code(s: Scenario, prepared: dict[str, Path], tmp_path: 
 
 @pytest.mark.parametrize("argv", INTERRUPTED, ids=[" ".join(a) for a in INTERRUPTED])
 def test_ctrl_c_exits_130(argv: tuple[str, ...], tmp_path: Path) -> None:
-    root = tmp_path / "ws"
-    root.mkdir()
     toml = TOML.format(bad="").replace('"ops:good"', '"ops:slow"')
-    (root / "gpuemu.toml").write_text(toml.replace("iterations = 4", "iterations = 1"), encoding="utf-8")
-    (root / "ops.py").write_text(OPS_PY, encoding="utf-8")
+    root = write_ws(tmp_path / "ws", toml.replace("iterations = 4", "iterations = 1"), {"ops.py": OPS_PY})
     proc = subprocess.Popen(
         [str(BIN / argv[0]), *argv[1:]],
         cwd=root,

@@ -9,33 +9,25 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from kit.cli import env, gpuemu
+from kit.workspace import copy_example
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.cuda
 
 
 def _lint(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "GPUEMU_USER_CONFIG": os.devnull + "/none.toml", "HOME": str(cwd / "home")}
-    return subprocess.run(
-        [sys.executable, "-m", "gpuemu_ls", "lint", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    environ = env(GPUEMU_USER_CONFIG=os.devnull + "/none.toml", HOME=str(cwd / "home"))
+    return gpuemu("lint", *args, cwd=cwd, environ=environ)
 
 
 @pytest.fixture(scope="module")
 def kernels_ws(tmp_path_factory: pytest.TempPathFactory) -> Path:
     dest = tmp_path_factory.mktemp("kernels") / "ws"
-    shutil.copytree(ROOT / "examples" / "kernels", dest, ignore=shutil.ignore_patterns(".gpuemu"))
-    return dest
+    return copy_example("kernels", dest)
 
 
 def test_the_kernels_example_passes_one_and_fails_two_for_their_reasons(kernels_ws: Path) -> None:

@@ -4,12 +4,13 @@ and each failing op's diagnosis names its bug class."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from kit.cli import check, gpuemu
+from kit.workspace import copy_example
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -44,16 +45,10 @@ QUICK = {
 }
 
 
-def gpuemu(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gpuemu_ls", *args], cwd=cwd, capture_output=True, text=True, timeout=600, check=False
-    )
-
-
 @pytest.fixture(scope="module")
 def buggy(tmp_path_factory: pytest.TempPathFactory) -> dict:
     ws = tmp_path_factory.mktemp("buggy") / "buggy"
-    shutil.copytree(EXAMPLES / "buggy", ws, ignore=shutil.ignore_patterns(".gpuemu"))
+    copy_example("buggy", ws)
     proc = gpuemu("test", "-j", "2", "--format", "json", cwd=ws)
     assert proc.returncode == 1, proc.stderr
     doc = json.loads(proc.stdout)
@@ -81,7 +76,7 @@ def test_quick_mode_catches_every_bug_too(tmp_path: Path, seed: int) -> None:
     shapes still catch every bug (size-1 and largest dims included) and pass every twin, whatever the seed,
     and each diagnosis states the true condition (or a necessary part of it), confirmed."""
     ws = tmp_path / "buggy"
-    shutil.copytree(EXAMPLES / "buggy", ws, ignore=shutil.ignore_patterns(".gpuemu"))
+    copy_example("buggy", ws)
     proc = gpuemu("test", "--quick", "--seed", str(seed), "--format", "json", cwd=ws)
     assert proc.returncode == 1, proc.stderr
     ops = {e["name"]: e for e in json.loads(proc.stdout)["ops"]}
@@ -138,20 +133,8 @@ def test_replay_reproduces_and_standalone_repro_runs_without_gpuemu(buggy: dict)
 
 def test_quickstart_passes_through_the_gate(tmp_path: Path) -> None:
     ws = tmp_path / "quickstart"
-    shutil.copytree(EXAMPLES / "quickstart", ws, ignore=shutil.ignore_patterns(".gpuemu"))
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import sys; from gpuemu_ls.cli import server_main; "
-            "sys.exit(server_main(['--check', sys.argv[1], '--format', 'json']))",
-            str(ws),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    copy_example("quickstart", ws)
+    proc = check(str(ws), "--format", "json", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     doc = json.loads(proc.stdout)
     assert doc["status"] == "passed" and doc["summary"]["ops"] >= 4

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kit.workspace import copy_example
 
 from gpuemu_ls.engine.config.keys import DISTRIBUTIONS
 
@@ -86,8 +87,7 @@ def _server() -> str:
 
 
 def _copy_buggy(dest: Path) -> Path:
-    shutil.copytree(BUGGY, dest, ignore=shutil.ignore_patterns(".gpuemu", "__pycache__"))
-    return dest.resolve()  # the server reports resolved paths
+    return copy_example("buggy", dest).resolve()  # the server reports resolved paths
 
 
 def _env(base: Path, **extra: str) -> dict[str, str]:

@@ -183,29 +183,13 @@ def test_without_cuda_tools_kernels_are_not_run_and_the_gate_is_red(
     for name in ("lint", "twin"):  # the twin is green with the tools; its warm lint cache must not count
         ws = copy_workspace(lint / name, tmp_path / name)
         assert list((ws / ".gpuemu" / "cache").rglob("*")), "expected a warm lint cache"
-        proc = subprocess.run(
-            [str(bare_python), "-m", "gpuemu_ls", "ci", "--format", "json"],
-            cwd=ws,
-            env=e,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
+        proc = gpuemu("ci", "--format", "json", cwd=ws, timeout=300, environ=e, python=bare_python)
         assert proc.returncode == 1, out(proc)
         doc = jdoc(proc)
         assert doc["status"] == "not_run" and doc["exit_code"] == 1
         for k in doc["kernels"]:
             assert k["status"] == "not_run" and "nvcc" in k["message"], k
-    file_lint = subprocess.run(
-        [str(bare_python), "-m", "gpuemu_ls", "lint", "kernels/vector_add.cu"],
-        cwd=ws,
-        env=e,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    file_lint = gpuemu("lint", "kernels/vector_add.cu", cwd=ws, timeout=300, environ=e, python=bare_python)
     assert file_lint.returncode == 1 and "NOT RUN" in file_lint.stdout, out(file_lint)
 
 
@@ -225,15 +209,7 @@ def test_cuda_nvcc_setting_is_used_when_nvcc_is_not_on_path(bare_python: Path, t
     assert find_toolchain(search_path=e["PATH"], site_dirs=()).nvcc is None
     toml = project_toml("own-nvcc", cuda={"nvcc": str(nvcc)}) + TWIN_KERNELS
     ws = _workspace(tmp_path / "twin", toml.replace('forbidden_instructions = ["re:vprintf"]\n', ""))
-    proc = subprocess.run(
-        [str(bare_python), "-m", "gpuemu_ls", "ci", "--format", "json"],
-        cwd=ws,
-        env=e,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    proc = gpuemu("ci", "--format", "json", cwd=ws, timeout=300, environ=e, python=bare_python)
     doc = jdoc(proc)
     assert [k["status"] for k in doc["kernels"]] == ["passed", "passed"], [k["message"] for k in doc["kernels"]]
     assert proc.returncode == 0, out(proc)

@@ -34,11 +34,15 @@ def env(**extra: str) -> dict[str, str]:
 
 
 def gpuemu(
-    *args: str, cwd: Path, timeout: float = 600, environ: dict[str, str] | None = None
+    *args: str,
+    cwd: Path,
+    timeout: float = 600,
+    environ: dict[str, str] | None = None,
+    python: Path | str = sys.executable,
 ) -> subprocess.CompletedProcess:
-    """`gpuemu ARGS` (python -m gpuemu_ls) in ``cwd``."""
+    """`gpuemu ARGS` (``python -m gpuemu_ls``, the test venv's interpreter unless ``python``) in ``cwd``."""
     return subprocess.run(
-        [sys.executable, "-m", "gpuemu_ls", *args],
+        [str(python), "-m", "gpuemu_ls", *args],
         cwd=cwd,
         capture_output=True,
         text=True,
