@@ -10,15 +10,13 @@ activations, casts) and one or more twins that differ from it by the one line th
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from kit.cli import env, gpuemu
+from kit.workspace import copy_example
 
 try:
     import tomllib
@@ -49,19 +47,9 @@ EXPECTED = _expected()
 
 def _run(tmp: Path, *args: str) -> dict[str, dict[str, Any]]:
     """`gpuemu test` on a fresh copy of the workspace; the JSON report's ops by name."""
-    ws = tmp / "families"
-    shutil.copytree(FAMILIES, ws, ignore=shutil.ignore_patterns(".gpuemu", "__pycache__"))
-    env = {k: v for k, v in os.environ.items() if k != "GPUEMU_STORE"}
-    env["GPUEMU_USER_CONFIG"] = str(tmp / "no-user-config.toml")  # no user defaults leak in
-    proc = subprocess.run(
-        [sys.executable, "-m", "gpuemu_ls", "test", "-j", "2", "--format", "json", *args],
-        cwd=ws,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=1800,
-        check=False,
-    )
+    ws = copy_example("families", tmp / "families")
+    environ = env(GPUEMU_USER_CONFIG=str(tmp / "no-user-config.toml"))  # no user defaults leak in
+    proc = gpuemu("test", "-j", "2", "--format", "json", *args, cwd=ws, timeout=1800, environ=environ)
     assert proc.returncode in (0, 1), f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     doc = json.loads(proc.stdout)
     ops = {e["name"]: e for e in doc["ops"]}
