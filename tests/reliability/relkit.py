@@ -281,6 +281,16 @@ def good_ws(root: Path, *, name: str = "good", quick: int = 2, ops: int = 1, val
     return write_ws(root, toml, {"kern.py": GOOD_PY})
 
 
+def case_params(cases: Iterable[Any], bug: Callable[[Any], str | None]) -> list[Any]:
+    """One pytest param per case, by name; a case with a known bug (``bug(case)``) is a strict xfail with it."""
+    import pytest
+
+    return [
+        pytest.param(c.name, marks=[pytest.mark.xfail(strict=True, reason=bug(c))] if bug(c) else [], id=c.name)
+        for c in cases
+    ]
+
+
 def line_of(path: Path, needle: str) -> int:
     """1-based line of the first line of ``path`` holding ``needle``."""
     for i, text in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):

@@ -224,21 +224,13 @@ async def server(module_tmp: Path) -> Any:
     assert not left
 
 
-def _params() -> list[Any]:
-    out = []
-    for c in CASES:
-        marks = [pytest.mark.xfail(strict=True, reason=c.bug)] if c.bug else []
-        out.append(pytest.param(c.name, marks=marks, id=c.name))
-    return out
-
-
 def _location_pattern(config: Path, line: int | None) -> str:
     where = re.escape(str(config if config.is_file() else config.parent))
     return rf"{where}:{line}(:\d+)?:" if line is not None else where
 
 
 @pytest.mark.asyncio(loop_scope="module")
-@pytest.mark.parametrize("name", _params())
+@pytest.mark.parametrize("name", relkit.case_params(CASES, lambda c: c.bug))
 async def test_bad_config(name: str, template: Path, cases_dir: Path, server: Any) -> None:
     case = BY_NAME[name]
     relkit.record("config", cases=1)

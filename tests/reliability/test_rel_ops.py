@@ -502,14 +502,6 @@ def test_gate_survives_the_catalogue(catalogue: GateRun) -> None:
     assert all(stored.get(name, 0) >= 1 for name in ["control_good", *BY_NAME]), stored
 
 
-def _cli_params() -> list[Any]:
-    out = []
-    for c in CASES:
-        marks = [pytest.mark.xfail(strict=True, reason=c.cli_bug)] if c.cli_bug else []
-        out.append(pytest.param(c.name, marks=marks, id=c.name))
-    return out
-
-
 @pytest.mark.parametrize("name", [c.name for c in CASES])
 def test_gate_verdict_and_message(catalogue: GateRun, name: str) -> None:
     """The JSON verdict: not passed, the expected kind, a message that says what happened."""
@@ -525,7 +517,7 @@ def test_gate_verdict_and_message(catalogue: GateRun, name: str) -> None:
     assert relkit.no_traceback(text)
 
 
-@pytest.mark.parametrize("name", _cli_params())
+@pytest.mark.parametrize("name", relkit.case_params(CASES, lambda c: c.cli_bug))
 def test_gate_failure_line_names_file_and_line(catalogue: GateRun, name: str) -> None:
     """The failure line of the gate's text output names the offending file and line."""
     case = BY_NAME[name]
