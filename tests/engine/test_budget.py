@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 
 import pytest
+from kit.workspace import write_ws
 
 from gpuemu_ls.engine.cases.budget import CostModel, coverage, fit, select, smaller_seeds, targets, work
 from gpuemu_ls.engine.cases.plan import (
@@ -43,10 +44,9 @@ K = {{ min = 1, max = 600, default = 128{ktile} }}
 
 
 def workspace(tmp_path: Path, extra: str = "", ktile: str = "", top: str = "") -> Path:
-    (tmp_path / "m.py").write_text("def f(a, b):\n    return a @ b\n")
     head = '[project]\nname = "t"\n[validation]\ndtypes = ["float32", "float16"]\n'
-    (tmp_path / "gpuemu.toml").write_text(head + top + OPS.format(extra=extra, ktile=ktile))
-    return tmp_path
+    toml = head + top + OPS.format(extra=extra, ktile=ktile)
+    return write_ws(tmp_path, toml, {"m.py": "def f(a, b):\n    return a @ b\n"})
 
 
 @pytest.mark.parametrize(
