@@ -85,9 +85,19 @@ class GpuemuProtocol(LanguageServerProtocol):
             if "method" in data and "id" in data:  # a request: its sender waits for an answer
                 error = exc if isinstance(exc, JsonRpcInvalidParams) else JsonRpcInvalidParams()
                 detail = f"{error.message}: the parameters of {data.get('method')!r} do not have the expected shape"
-                self._send_response(_reply_id(data["id"]), None, JsonRpcInvalidParams(detail).to_response_error())
+                self.answer_error(data["id"], JsonRpcInvalidParams(detail))
                 return _Answered()
             raise
+
+    def answer_error(self, msg_id: Any, error: JsonRpcException) -> None:
+        """An error answer; to an id that is not a string or a number, with ``"id": null`` written out, as
+        JSON-RPC 2.0 asks (pygls would leave the member out, and a client then cannot tell it is an answer)."""
+        if _reply_id(msg_id) is not None:
+            self._send_response(msg_id, None, error.to_response_error())
+        else:
+            self._send_data(
+                {"jsonrpc": self.VERSION, "id": None, "error": {"code": error.code, "message": error.message}}
+            )
 
     def handle_message(self, message: Any) -> None:
         if isinstance(message, _Answered):
@@ -96,8 +106,14 @@ class GpuemuProtocol(LanguageServerProtocol):
             # pygls keeps objects without "jsonrpc" as plain dicts, and drops other versions unanswered
             msg_id, method = _get(message, "id"), _get(message, "method")
             if method is not None and msg_id is not None:
-                error = JsonRpcInvalidRequest('not a JSON-RPC 2.0 request ("jsonrpc": "2.0")')
-                self._send_response(_reply_id(msg_id), None, error.to_response_error())
+                self.answer_error(msg_id, JsonRpcInvalidRequest('not a JSON-RPC 2.0 request ("jsonrpc": "2.0")'))
+            return
+        msg_id = _get(message, "id")
+        if msg_id is not None and _reply_id(msg_id) is None:
+            # an id that is neither a string nor a number (cattrs may read {"weird": true} as one): a request is
+            # answered with a null id, as JSON-RPC says for an id that cannot be read; anything else is dropped
+            if _get(message, "method") is not None:
+                self.answer_error(msg_id, JsonRpcInvalidRequest("a request id must be a string or a number"))
             return
         if self._shutdown and isinstance(message, RPCRequest) and message.method != lsp.EXIT:
             error = JsonRpcInvalidRequest(f"{message.method}: the server is shutting down")

@@ -612,3 +612,32 @@ async def test_every_request_answers_params_of_the_wrong_shape(tmp_path: Path) -
     relkit.clean_exit(code)
     assert relkit.wait_gone(relkit.tagged(tag), 10) == []
     assert answers["error"] > 0 and total >= 100, answers
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("weird_id", [{"weird": True}, [1, 2], True], ids=["object", "array", "boolean"])
+async def test_a_request_whose_id_is_no_string_or_number_is_answered_with_a_null_id(
+    tmp_path: Path, weird_id: Any
+) -> None:
+    """JSON-RPC 2.0: ids are strings or numbers; an id that cannot be one is answered with ``"id": null``
+    (InvalidRequest), never echoed back (a client keys its pending requests by id: a dict id crashed
+    pytest-lsp's reader) and never left unanswered. The server keeps serving."""
+    from concurrent.futures import Future
+
+    from pygls.exceptions import JsonRpcException
+
+    root = fuzz_ws(tmp_path / "ws")
+    client = await relkit.start_server(root, {**relkit.QUIET, "onOpen": False})
+    try:
+        future: Future[Any] = Future()
+        client.protocol._request_futures[None] = future  # the answer to an unreadable id
+        body = json.dumps({"jsonrpc": "2.0", "id": weird_id, "method": "gpuemu/discoverOps", "params": {}}).encode()
+        client.protocol.writer.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        with pytest.raises(JsonRpcException) as err:
+            await asyncio.wait_for(asyncio.wrap_future(future), 30)
+        assert err.value.code == INVALID_REQUEST
+        assert relkit.alive(client.server_pid)
+        found = await client.protocol.send_request_async("gpuemu/discoverOps", {})
+        assert [w["root"] for w in found["workspaces"]] == [str(root.resolve())]
+    finally:
+        assert await relkit.stop_server(client) == 0
