@@ -474,7 +474,7 @@ async def test_paths_must_resolve_inside_the_workspace(module_tmp: Path, path_se
 def test_no_shell_anywhere_in_the_package() -> None:
     """No shell=True, os.system, os.popen, create_subprocess_shell; subprocess commands are argument lists."""
     relkit.record("security", cases=1)
-    calls = 0
+    calls: list[str] = []
     problems = []
     for path in sorted(PACKAGE.rglob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
@@ -501,11 +501,14 @@ def test_no_shell_anywhere_in_the_package() -> None:
                 "check_call",
                 "check_output",
             ):
-                calls += 1
+                calls.append(where)
                 first = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == "args"), None)
                 if isinstance(first, (ast.Constant, ast.JoinedStr, ast.BinOp)):
                     problems.append(f"{where}: a command string, not an argument list")
-    assert calls >= 4, f"the scan found only {calls} subprocess calls: it is not looking at the package"
+    # the scan sees the package: it found the calls every run makes (a worker interpreter's start, the CUDA tools)
+    found = {site.rsplit(":", 1)[0] for site in calls}
+    known = {"gpuemu_ls/engine/run/zygote.py", "gpuemu_ls/engine/cuda/compile.py"}
+    assert known <= found, f"the scan found subprocess calls only in {sorted(found)}: it is not looking at the package"
     assert problems == []
 
 
