@@ -357,6 +357,20 @@ def test_modules_named_like_stdlib_or_numpy_run(tmp_path: Path, face: str) -> No
     assert got.returncode == 0 and relkit.no_traceback(got.stdout + got.stderr)
 
 
+def test_python_dash_m_started_in_a_workspace_imports_the_real_standard_library(tmp_path: Path) -> None:
+    """``python -m gpuemu_ls`` puts the current folder first on sys.path; started in a workspace holding
+    ``json.py`` and ``typing.py`` (which gpuemu's own process imports early), the CLI must still use the real
+    ones, and every op still loads and passes."""
+    relkit.record("ops", cases=len(SHADOWED) + 2)
+    root = shadow_ws(tmp_path / "ws")
+    for name in ("json", "typing", "sqlite3"):
+        (root / f"{name}.py").write_text(BROKEN.format(name=name), encoding="utf-8")
+    got = _run_in(root, [sys.executable, "-m", "gpuemu_ls", "test", "--quick"])
+    expected = {f"named_{n}": "PASS" for n in SHADOWED} | {"siblings_shadow": "PASS", "script_siblings_shadow": "PASS"}
+    assert _statuses(got.stdout) == expected, got.stdout + got.stderr
+    assert got.returncode == 0 and relkit.no_traceback(got.stdout + got.stderr)
+
+
 @pytest.mark.parametrize(
     ("name", "how"), [("random", "from"), ("socket", "from"), ("numbers", "from"), ("struct", "attr")]
 )
