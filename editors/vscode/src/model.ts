@@ -281,16 +281,7 @@ export function formatFailure(f: Failure, op?: string): string {
     const where = f.file ? `${f.file}${f.line ? `:${f.line}` : ""}: ` : "";
     return `${where}${f.code ? `[${f.code}] ` : ""}${f.message ?? ""}`.trim();
   }
-  const head = [
-    `${op ? op + " " : ""}[${f.kind ?? f.status ?? "failed"}]`,
-    f.seed !== undefined ? `seed=${f.seed}` : "",
-    f.dtype ? `dtype=${f.dtype}` : "",
-    shapesText(f.shapes),
-    f.layout ? `layout=${f.layout}` : "",
-    f.distribution ? `dist=${f.distribution}` : "",
-  ]
-    .filter(Boolean)
-    .join(" ");
+  const head = [`${op ? op + " " : ""}[${f.kind ?? f.status ?? "failed"}]`, caseLine(f)].filter(Boolean).join(" ");
   const parts = [head];
   if (f.message) parts.push(f.message);
   else if (f.maxAbs !== undefined && f.maxAbs !== null) {

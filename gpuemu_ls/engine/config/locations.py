@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .model import Config, KernelConfig, OpConfig, is_callable_ref
+from .model import Config, OpConfig, is_callable_ref
 from .modules import module_file, top_level_names
 
 
@@ -51,13 +51,6 @@ def op_entry(config: Config, op: OpConfig) -> Location:
     span = config.positions.table_span(("ops", op.index)) if config.positions else None
     if span is None:
         return config_location(config, ("ops", op.index))
-    return Location(config.path, span.line, span.column, span.end_line, span.end_column)
-
-
-def kernel_entry(config: Config, kernel: KernelConfig) -> Location:
-    span = config.positions.table_span(("kernels", kernel.index)) if config.positions else None
-    if span is None:
-        return config_location(config, ("kernels", kernel.index))
     return Location(config.path, span.line, span.column, span.end_line, span.end_column)
 
 

@@ -158,35 +158,42 @@ def _feature_of(c: Any, key: str) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
+def _count_above_zero(key: str) -> Callable[[Any], bool | None]:
+    """A test that a case's count feature ``key`` is positive (None where the case has no such count)."""
+
+    def test(c: Any) -> bool | None:
+        n = _feature_of(c, key)
+        return None if n is None else n > 0
+
+    return test
+
+
+def _splits(cases: list[Any], key: str) -> bool:
+    """Whether the count feature ``key`` is positive in some cases and zero in others."""
+    counts = [n for c in cases if (n := _feature_of(c, key)) is not None]
+    return any(n > 0 for n in counts) and any(n == 0 for n in counts)
+
+
 def _value_atoms(cases: list[Any]) -> list[Predicate]:
     """Conditions on what the inputs held, for bugs that random values trigger only now and then: exact
     ties of a narrower output dtype (a rounding bug), a row wholly below -t (a max started at 0), a row
     wholly -inf (a fully masked row)."""
     preds: list[Predicate] = []
     for key, way in (("input_ties_down", "toward"), ("input_ties_up", "away from")):
-        ties = [(c, n) for c in cases if (n := _feature_of(c, key)) is not None]
-        if any(n > 0 for _, n in ties) and any(n == 0 for _, n in ties):
-            dtype = next(str(c.features.get("ties_dtype")) for c, n in ties if n > 0)
-
-            def tied(c: Any, key: str = key) -> bool | None:
-                n = _feature_of(c, key)
-                return None if n is None else n > 0
-
+        if _splits(cases, key):
+            dtype = next(str(c.features.get("ties_dtype")) for c in cases if (_feature_of(c, key) or 0) > 0)
             text = f"the input holds {dtype} ties that nearest-even rounds {way} zero"
-            preds.append(Predicate(text, tied, 3, kind="ties", threshold=0 if way == "toward" else 1))
-    masked = [n for c in cases if (n := _feature_of(c, "masked_input_rows")) is not None]
-    if any(n > 0 for n in masked) and any(n == 0 for n in masked):
-
-        def masked_row(c: Any) -> bool | None:
-            n = _feature_of(c, "masked_input_rows")
-            return None if n is None else n > 0
-
-        preds.append(Predicate("an input row is wholly -inf", masked_row, 3, kind="masked_row"))
-    lows = sorted({-m for c in cases if (m := _feature_of(c, "row_max_min")) is not None and m < 0})
-    seen = [m for c in cases if (m := _feature_of(c, "row_max_min")) is not None]
-    if lows and len(seen) >= 2:
-        depth = sorted({-m if m < 0 else 0.0 for m in seen})
-        for k in sorted({int(m).bit_length() for m in lows if m >= 1}):
+            threshold = 0 if way == "toward" else 1
+            preds.append(Predicate(text, _count_above_zero(key), 3, kind="ties", threshold=threshold))
+    if _splits(cases, "masked_input_rows"):
+        preds.append(
+            Predicate("an input row is wholly -inf", _count_above_zero("masked_input_rows"), 3, kind="masked_row")
+        )
+    # how far below 0 each case's lowest row lies (0 for a case whose every row reaches 0)
+    depth = sorted({max(-m, 0.0) for c in cases if (m := _feature_of(c, "row_max_min")) is not None})
+    seen = sum(1 for c in cases if _feature_of(c, "row_max_min") is not None)
+    if seen >= 2:
+        for k in sorted({int(d).bit_length() for d in depth if d >= 1}):
             t = 1 << k
             if t <= 4 or not _magnitude_gap(depth, t):
                 continue
@@ -232,10 +239,6 @@ def _necessary(pred: Predicate, bad: list[Any]) -> bool:
 
 def _hits(pred: Predicate, good: list[Any]) -> int:
     return sum(1 for c in good if _holds(pred, c))
-
-
-def _separates(pred: Callable[[Any], bool | None], bad: list[Any], good: list[Any]) -> bool:
-    return all(pred(c) is True for c in bad) and not any(pred(c) is True for c in good)
 
 
 def _joined(a: Predicate, b: Predicate, word: str, decides: bool, rank: int, sep: str, block: bool) -> Predicate:
