@@ -49,11 +49,11 @@ def main() -> int:
         "--gate-flags",
         action="append",
         metavar="FLAGS",
-        help='#11: extra gate flags, one row each (e.g. --gate-flags "--budget off" --gate-flags "")',
+        help='#11: one more row of gate flags beside today and default (e.g. --gate-flags "--budget 60s")',
     )
     args = parser.parse_args()
     if args.gate_flags:
-        bench_triton.GATE_FLAGS[:] = args.gate_flags
+        bench_triton.EXTRA_ROWS[:] = args.gate_flags
     chosen = [int(x) for x in args.only.split(",")] if args.only else sorted(ALL)
     results = []
     for number in chosen:

@@ -14,6 +14,7 @@ import re
 import time
 from typing import Any
 
+from ..engine.report.formats.text import budget_text
 from ..engine.report.lines import KIND_TEXT, replay_command
 from ..session.workspace import OpView
 from .code_actions import COMMANDS
@@ -221,16 +222,7 @@ def _time_lines(view: OpView) -> list[str]:
         ]
         lines.append(f"\n*Time:* {timing['total']:.2f} s ({md(', '.join(parts))})")
     if isinstance(budget, dict) and isinstance(budget.get("planned"), int):
-        cut = [str(c) for c in budget.get("cut_classes") or []]
-        seconds = budget.get("seconds")
-        text = f"budget {seconds:.0f} s" if isinstance(seconds, (int, float)) else "budget"
-        text += f" ({budget['source']})" if budget.get("source") else ""
-        text += f": {budget.get('ran')}/{budget['planned']} cases"
-        if cut:
-            text += f", {len(cut)} of {budget.get('classes')} classes cut: {', '.join(cut[:6])}"
-        else:
-            text += f", all {budget.get('classes')} classes covered"
-        lines.append(f"\n*Budget:* {md(text)}")
+        lines.append(f"\n*Budget:* {md(budget_text(budget).removeprefix('budget '))}")
     return lines
 
 

@@ -42,15 +42,22 @@ def test_every_family_has_a_correct_op_and_a_buggy_twin() -> None:
         assert (WS / name).read_bytes() == (ROOT / "examples" / "triton" / name).read_bytes(), name
 
 
-def test_quick_gate_catches_every_bug_and_passes_every_twin(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["--quick", "--thorough"])
+def test_the_default_gate_catches_every_bug_and_passes_every_twin(tmp_path: Path, mode: str) -> None:
+    """Default settings: every op imports triton, so each gets small-scope shapes and the default work
+    budget (the same cases on every machine); the cut still fails every bug and passes every twin."""
     ws = tmp_path / "triton_ws"
     shutil.copytree(WS, ws, ignore=shutil.ignore_patterns(".gpuemu", "__pycache__"))
-    # no time budget where the gate has one: which cases run must not depend on this machine's speed
-    no_budget = ["--budget", "off"] if "--budget" in _gpuemu("ci", "--help", cwd=ws).stdout else []
-    proc = _gpuemu("ci", "--quick", *no_budget, "--seed", "0", "--format", "json", "--no-progress", cwd=ws)
+    proc = _gpuemu("ci", mode, "--seed", "0", "--format", "json", "--no-progress", cwd=ws)
     assert proc.returncode == 1, proc.stderr[-3000:]
     doc = json.loads(proc.stdout)
     verdicts = {e["name"]: e["status"] for e in doc["ops"]}
     assert len(verdicts) == 16
     wrong = {n: s for n, s in verdicts.items() if s != ("failed" if "_bug_" in n else "passed")}
     assert not wrong, wrong
+    for e in doc["ops"]:  # each op was cut by work, every coverage class kept, and says so
+        budget = e["budget"]
+        assert budget["source"] == "default, cost high: imports triton", e["name"]
+        assert budget["cut_classes"] == [] and budget["work"]["ran"] < budget["work"]["full"], e["name"]
+    assert doc["budget"]["line"].startswith("budget cut 16 of 16 ops to ")
+    assert doc["budget"]["line"].endswith("--budget off")

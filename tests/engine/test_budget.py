@@ -23,7 +23,7 @@ from gpuemu_ls.engine.cases.plan import (
 from gpuemu_ls.engine.config.keys import check_budget, format_duration, parse_duration
 from gpuemu_ls.engine.config.load import load_config
 from gpuemu_ls.engine.errors import ConfigError
-from gpuemu_ls.engine.run.budgeted import DEFAULT_BUDGET, allocate, resolve
+from gpuemu_ls.engine.run.budgeted import allocate, resolve
 
 OPS = """
 [[ops]]
@@ -105,13 +105,14 @@ def test_config_budgets_resolve(tmp_path: Path) -> None:
     cfg = load_config(workspace(tmp_path, extra='budget = "30s"\ncost = "high"', top='[ci]\nbudget = "5m"\n'))
     op = cfg.op("mm")
     assert (op.budget, op.cost, cfg.ci.budget, cfg.ci.quick_budget) == (30.0, "high", 300.0, None)
-    b = resolve(cfg, "thorough", [op], None, default=True)
+    b = resolve(cfg, "thorough", [op], None)
     assert (b.run, b.run_source, b.per_op) == (300.0, "[ci] budget", {"mm": (30.0, "op budget")})
-    assert not resolve(cfg, "thorough", [op], math.inf, default=True).active  # --budget off: nothing at all
+    off = resolve(cfg, "thorough", [op], math.inf)  # --budget off: nothing at all
+    assert not off.active and off.off
     plain = load_config(workspace(tmp_path))
-    b = resolve(plain, "quick", list(plain.ops), None, default=True)
-    assert b.run is None and b.per_op == {"mm": (DEFAULT_BUDGET["quick"], "default")}
-    assert not resolve(plain, "fuzz", list(plain.ops), None, default=False).active
+    for mode in ("quick", "thorough", "fuzz"):  # no time budget by default: which cases run never depends on
+        b = resolve(plain, mode, list(plain.ops), None)  # the machine's speed (high-cost ops: a work budget)
+        assert not b.active and not b.off
 
 
 def test_cost_model_fit() -> None:

@@ -13,6 +13,13 @@ case and per element) to them, and asks :func:`select` for the rest:
    budget); then smaller seeds beyond the plan, up to the planned count.
 
 What does not fit is reported: :func:`coverage` lists each axis' classes planned and run, and the cut.
+
+**The default budget is work, not time** (:func:`fit_work`). An op whose cost is high (declared, or an op that
+imports triton: cases/plan.py's small-scope shapes) runs every coverage class by its cheapest case, then the
+planned cases in seed order while their work (:func:`work`, elements) stays within a share of the full plan's
+(:data:`DEFAULT_WORK_SHARE`), then smaller seeds beyond the plan up to the planned count. Work is a function of
+the plan alone, so the same cases run on every machine, loaded or quiet: a verdict never depends on the CI
+runner's speed. A time budget (``--budget``, ``[ci] budget``, an op's ``budget``) replaces it when set.
 """
 
 from __future__ import annotations
@@ -29,6 +36,11 @@ from .plan import STRATEGIES, CaseSpec, Need, derive_case
 PROBE_CASES = 3
 #: Seeds scanned beyond the plan for smaller stand-ins, per planned case (deriving one takes ~50 us).
 EXTRA_SCAN = 8
+#: The same for a work budget's coverage cases, which it runs whatever they cost: a wider scan finds each
+#: class a cheap case (a boundary shape with that distribution) where the plan has only a large one.
+COVER_SCAN = 64
+#: No bound on a coverage stand-in's size: the cheapest case of each class wins anyway.
+MAX_WORK = 1 << 62
 #: The axes a coverage class lives on, with the CaseSpec field each reads, in report order.
 AXES = (("dtype", "dtype"), ("layout", "layout"), ("distribution", "distribution"), ("shape", "strategy"))
 
@@ -78,6 +90,19 @@ def fit(observations: Iterable[tuple[int, float]]) -> CostModel | None:
     return CostModel(max(0.0, mean_t - slope * mean_n), slope)
 
 
+#: A high-cost op's default budget by mode: the share of its full plan's work its cases may take once every
+#: coverage class ran. Thorough: a quarter (the large planned cases are sampled, the small ones all run);
+#: quick: half (its plan is already small). benchmarks/bench_triton.py (README row 11) measures what it saves.
+DEFAULT_WORK_SHARE = {"thorough": 0.25, "quick": 0.5}
+#: What every case costs in work whatever its size (a launch, the reference, the comparison), in elements:
+#: without it a thousand one-element cases would look free.
+WORK_PER_CASE = 1024
+#: The cost model of a work budget: elements, the same on every machine.
+WORK_MODEL = CostModel(WORK_PER_CASE, 1.0)
+#: Cases first, work on ties: what a cover that must fit in a count minimises.
+COUNT_MODEL = CostModel(1.0, 1e-12)
+
+
 @dataclass(frozen=True)
 class Target:
     """A coverage class a run should contain: a value on one axis, or a coverage need."""
@@ -120,25 +145,32 @@ def plan_filter(specs: list[CaseSpec], base: Callable[[CaseSpec], bool]) -> Call
 
 
 def smaller_seeds(
-    op: OpConfig, specs: list[CaseSpec], accept: Callable[[CaseSpec], bool], *, limit: int | None = None
+    op: OpConfig,
+    specs: list[CaseSpec],
+    accept: Callable[[CaseSpec], bool],
+    *,
+    limit: int | None = None,
+    scan: int = EXTRA_SCAN,
+    largest: int | None = None,
 ) -> list[CaseSpec]:
-    """Seeds after the plan's last whose case ``accept`` keeps and that are no larger than the plan's median
-    case (by :func:`work`), in seed order, at most ``limit`` (default: the planned count)."""
+    """Seeds after the plan's last whose case ``accept`` keeps and whose work is at most ``largest`` (default:
+    the plan's median case), in seed order, at most ``limit`` (default: the planned count), looking at
+    ``scan`` seeds per planned case."""
     if not specs:
         return []
     sizes = sorted(work(s) for s in specs)
-    median = sizes[len(sizes) // 2]
+    bound = sizes[len(sizes) // 2] if largest is None else largest
     taken = {s.seed for s in specs} | set(op.seeds)
     limit = len(specs) if limit is None else limit
     out: list[CaseSpec] = []
     start = max(s.seed for s in specs) + 1
-    for seed in range(start, start + EXTRA_SCAN * max(len(specs), 1)):
+    for seed in range(start, start + scan * max(len(specs), 1)):
         if len(out) >= limit:
             break
         if seed in taken:
             continue
         spec = derive_case(op, seed)
-        if accept(spec) and work(spec) <= median:
+        if accept(spec) and work(spec) <= bound:
             out.append(spec)
     return out
 
@@ -208,6 +240,124 @@ def select(
     return Selection(sorted(cover, key=lambda s: s.seed), by_seed, spent)
 
 
+def budget_entry(
+    planned: list[CaseSpec],
+    ran: list[CaseSpec],
+    goals: list[Target],
+    *,
+    seconds: float | None,
+    source: str,
+    full_estimate: float,
+    model: dict[str, float] | None,
+    **more: Any,
+) -> dict[str, Any]:
+    """An op's ``budget`` entry, time or work: cases planned, run, cut and smaller, the classes by axis."""
+    planned_seeds = {s.seed for s in planned}
+    ran_planned = sum(1 for s in ran if s.seed in planned_seeds)
+    cov = coverage(planned, ran, goals)
+    return {
+        "seconds": round(seconds, 3) if seconds is not None else None,
+        "source": source,
+        "planned": len(planned),
+        "ran": len(ran),
+        "cut_cases": len(planned) - ran_planned,
+        "smaller_cases": len(ran) - ran_planned,
+        "classes": cov["classes"],
+        "covered": cov["covered"],
+        "cut_classes": cov["cut_classes"],
+        "axes": cov["axes"],
+        "full_estimate": round(full_estimate, 3),
+        "model": model,
+        **more,
+    }
+
+
+@dataclass
+class WorkCut:
+    """What a work budget kept of an op's plan: the cases to run (pinned, coverage, fill) and the figures."""
+
+    planned: list[CaseSpec]
+    specs: list[CaseSpec]
+    goals: list[Target]
+    share: float
+    allowed: float  # elements the fill could spend (the share of the full plan's work)
+    source: str
+
+    @property
+    def full_work(self) -> float:
+        return sum(WORK_MODEL.cost(s) for s in self.planned)
+
+    @property
+    def work(self) -> float:
+        return sum(WORK_MODEL.cost(s) for s in self.specs)
+
+    def report(self, ran: list[CaseSpec], full_estimate: float) -> dict[str, Any]:
+        """The op's ``budget`` entry, shaped like a time budget's (results.budget_summary reads both), with
+        ``work`` in elements instead of ``seconds``; ``full_estimate``: seconds the whole plan would take."""
+        return budget_entry(
+            self.planned,
+            ran,
+            self.goals,
+            seconds=None,
+            source=self.source,
+            full_estimate=full_estimate,
+            model=None,
+            work={
+                "share": self.share,
+                "ran": int(sum(WORK_MODEL.cost(s) for s in ran)),
+                "full": int(self.full_work),
+                "unit": "elements",
+            },
+        )
+
+
+def fit_work(
+    op: OpConfig,
+    specs: list[CaseSpec],
+    accept: Callable[[CaseSpec], bool],
+    needs: list[Need],
+    share: float,
+    source: str,
+) -> WorkCut:
+    """The cases a work budget of ``share`` of ``specs``' work keeps: the op's pinned seeds, then every
+    coverage class by its cheapest case (planned, or a smaller seed beyond the plan that ``accept`` keeps),
+    whatever it costs, then the planned cases in seed order and the smaller seeds while the share lasts.
+    Deterministic: a function of the plan only."""
+    goals = targets(specs, needs)
+    pinned = [s for s in specs if s.seed in set(op.seeds)]
+    rest = [s for s in specs if s.seed not in set(op.seeds)]
+    extras = smaller_seeds(op, specs, accept)
+    wide = smaller_seeds(op, specs, accept, limit=COVER_SCAN * len(specs), scan=COVER_SCAN, largest=MAX_WORK)
+    cover = _cover(pinned, rest, wide, goals, len(specs))
+    taken = {s.seed for s in pinned + cover}
+    allowed = share * sum(WORK_MODEL.cost(s) for s in specs)
+    spent = sum(WORK_MODEL.cost(s) for s in pinned + cover)
+    fill = select(
+        pinned + cover,
+        [s for s in rest if s.seed not in taken],
+        [s for s in extras if s.seed not in taken],
+        [],
+        WORK_MODEL,
+        max(0.0, allowed - spent),
+        len(specs),
+    ).fill
+    return WorkCut(specs, pinned + cover + fill, goals, share, allowed, source)
+
+
+def _cover(
+    pinned: list[CaseSpec], rest: list[CaseSpec], wide: list[CaseSpec], goals: list[Target], count: int
+) -> list[CaseSpec]:
+    """Cases that cover every class in ``goals`` the pinned ones do not: the cheapest cover (classes gained per
+    element) when it fits in the planned ``count``; else the one with the fewest cases (most classes per case,
+    the cheaper on ties), as a quick run of 8 cases may have to; else the cheapest without a count: a class
+    is never dropped for a count (its cases are the smallest there are)."""
+    for model, limit in ((WORK_MODEL, count), (COUNT_MODEL, count), (WORK_MODEL, count + len(goals))):
+        cover = select(pinned, rest, wide, goals, model, math.inf, limit).cover
+        if all(any(t.met(s) for s in pinned + cover) for t in goals):
+            return cover
+    return cover
+
+
 def coverage(planned: list[CaseSpec], ran: list[CaseSpec], goals: list[Target]) -> dict[str, Any]:
     """Per axis, the classes the plan had and those the cases that ran cover; the needs likewise; and
     the cut classes as labels (``"distribution ties"``, ``"masked_rows at a boundary shape"``)."""
@@ -232,12 +382,18 @@ def coverage(planned: list[CaseSpec], ran: list[CaseSpec], goals: list[Target]) 
 
 __all__ = [
     "AXES",
+    "DEFAULT_WORK_SHARE",
     "PROBE_CASES",
+    "WORK_MODEL",
+    "WORK_PER_CASE",
     "CostModel",
     "Selection",
     "Target",
+    "WorkCut",
+    "budget_entry",
     "coverage",
     "fit",
+    "fit_work",
     "plan_filter",
     "select",
     "smaller_seeds",

@@ -65,7 +65,7 @@ from .model import (
     ValidationConfig,
     is_callable_ref,
 )
-from .modules import _syntax_error_at, module_file, top_level_names
+from .modules import _syntax_error_at, imported_packages, module_file, top_level_names
 from .tomlpos import PositionIndex
 
 
@@ -825,7 +825,7 @@ class _Checker:
             defines=tuple(cu.get("defines", ())),
             artifact_checks=_checks(cu.get("artifact_checks", {})),
         )
-        ops = tuple(self.build_op(i, o, validation, framework) for i, o in enumerate(raw.get("ops", [])))
+        ops = tuple(self.build_op(root, i, o, validation, framework) for i, o in enumerate(raw.get("ops", [])))
         kernels = tuple(
             KernelConfig(
                 name=k["name"],
@@ -906,7 +906,9 @@ class _Checker:
                     )
                     return
 
-    def build_op(self, index: int, op: dict[str, Any], validation: ValidationConfig, framework: str) -> OpConfig:
+    def build_op(
+        self, root: Path, index: int, op: dict[str, Any], validation: ValidationConfig, framework: str
+    ) -> OpConfig:
         dims: dict[str, DimSpec] = {}
         raw_dims = op.get("dims", {})
         if "inputs" not in op:
@@ -955,12 +957,32 @@ class _Checker:
             iterations=op.get("iterations"),
             seeds=tuple(op.get("seeds", ())),
             budget=parse_duration(op["budget"]) if "budget" in op else None,
-            cost=op.get("cost", "normal"),
+            **dict(zip(("cost", "cost_reason"), op_cost(root, op), strict=True)),
             nan_contract=bool(op.get("nan_contract", False)),
             call=op.get("call", "positional"),
             reference_call=op.get("reference_call", op.get("call", "positional")),
             **{k: v if k in op else getattr(validation, k) for k, v in _domain(op).items()},
         )
+
+
+#: What ``cost = "auto"`` says of an op that imports triton: why it is planned as expensive.
+TRITON_REASON = "imports triton: its kernels run in Triton's CPU interpreter"
+
+
+def op_cost(root: Path, op: dict[str, Any]) -> tuple[str, str]:
+    """An op's cost and why: as declared, else (``auto``) high when its module or script imports triton,
+    whose interpreter pays milliseconds per program and loop trip, where small shapes find the same bugs."""
+    declared = op.get("cost", "auto")
+    if declared != "auto":
+        return declared, "declared" if declared == "high" else ""
+    start: str | Path | None = None
+    if isinstance(op.get("module"), str):
+        start = op["module"].split(":", 1)[0]
+    elif isinstance(op.get("op_script"), str):
+        start = root / op["op_script"]
+    if start is not None and "triton" in imported_packages(root, start):
+        return "high", TRITON_REASON
+    return "normal", ""
 
 
 def _tiles(spec: dict[str, Any]) -> tuple[int, ...]:

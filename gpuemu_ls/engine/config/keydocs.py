@@ -98,8 +98,8 @@ TABLES: dict[tuple[str, ...], dict[str, str]] = {
         "timeout": "Seconds per call (overrides [validation].timeout).",
         "iterations": "Cases per run (overrides [validation].iterations).",
         "seeds": "Pinned regression seeds, always run first.",
-        "budget": 'Time for this op\'s cases, e.g. "30s", or "off" (never cut): caps the op\'s share of the run\'s budget and replaces the default one.',
-        "cost": '"high": half the op\'s cases get small-scope shapes (1, 2, 3, tile-1, tile, tile+1, 2*tile+1 on one tiled dim, the other dims at 1..3), as an op whose cost is measured high is planned small under a budget.',
+        "budget": 'Time for this op\'s cases, e.g. "30s", or "off" (never cut, not even by the default work budget): caps the op\'s share of the run\'s budget.',
+        "cost": '"auto" (default): "high" when the op imports triton (its kernels run in Triton\'s CPU interpreter), else "normal". "high": half the op\'s cases get small-scope shapes (1, 2, 3, tile-1, tile, tile+1, 2*tile+1 on one tiled dim, the other dims at 1..3), and without a time budget its cases are cut to a quarter of the plan\'s work (half in --quick), every coverage class kept: the same cases on every machine.',
         "description": "Free text.",
         "nan_contract": "A NaN the reference returns from NaN-free inputs is the op's contract there (the op must return NaN too). By default such a reference NaN is reported as suspect and the op's answer there is not judged.",
         "scale": "Multiplies generated float values (first step of the value domain).",
@@ -158,12 +158,12 @@ TABLES: dict[tuple[str, ...], dict[str, str]] = {
         "fuzz_iterations": "Cases per op in a thorough run (default 100).",
         "regression_threshold": "Relative error growth counted as a regression (default 0.1).",
         "quick": "A --quick run.",
-        "budget": 'Wall time for a thorough run\'s ops, e.g. "90s", "5m", seconds, or "off": each op\'s first cases measure its cost, then every class it covers runs first and what does not fit is reported. Not set: 20s per op (the default budget).',
+        "budget": 'Wall time for a thorough run\'s ops, e.g. "90s", "5m", seconds, or "off": each op\'s first cases measure its cost, then every class it covers runs first and what does not fit is reported. Not set: no time budget (a high-cost op gets the default work budget, see cost).',
     },
     ("ci", "quick"): {
         "iterations": "Cases per op (default 16).",
         "dtypes": "Dtypes (overrides quick_dtypes; setting either turns off the half-precision quick cases).",
-        "budget": 'Wall time for a --quick run\'s ops, e.g. "60s", or "off". Not set: 5s per op (the default budget).',
+        "budget": 'Wall time for a --quick run\'s ops, e.g. "60s", or "off". Not set: no time budget (a high-cost op gets the default work budget).',
     },
     ("cuda",): {
         "nvcc": "nvcc to use (default: on PATH or the [cuda] extra).",
@@ -215,16 +215,12 @@ VALUE_DOCS: dict[str, dict[str, str]] = {
 TABLES[("ops",)].update(
     call='How the op\'s function receives its inputs: "positional" (default), "kwargs" (by input name) or "dict".',
     reference_call="How an in-process reference receives its inputs (default: the op's call).",
-    budget='Seconds for this op\'s cases: a number, "90s", "5m", or "off" (default: the run\'s).',
-    cost='"high": small-scope shapes, as if the op were measured expensive (default "normal").',
 )
 TABLES[("ops", "dims", "*")].update(
     candidates="The values this dim takes, instead of min/max; default picks the default shape's (else the first).",
     tile="The tile or block size (or sizes) the op splits this dim by: shapes probe around its multiples.",
     block="The same as tile.",
 )
-TABLES[("ci",)]["budget"] = 'Seconds for a thorough run\'s ops: a number, "90s", "5m", or "off".'
-TABLES[("ci", "quick")]["budget"] = 'Seconds for a --quick run\'s ops: a number, "90s", "5m", or "off".'
 
 #: The keys each table accepts, as the checker in :mod:`.checker` has them (from :mod:`.keys`).
 KEYS: dict[tuple[str, ...], frozenset[str]] = {

@@ -37,8 +37,9 @@ NUMERIC_BOUNDS: dict[str, tuple[float, float]] = {
 #: Budgets (``--budget``, ``[ci] budget``, ``[ci.quick] budget``, an op's ``budget``): at least a second (less
 #: cannot hold one case of an op worth budgeting) and at most a day, like every timeout.
 MIN_BUDGET_S = 1.0
-#: What an op's ``cost`` may declare: ``high`` gives it small-scope shapes (see cases/plan.py).
-COSTS = ("normal", "high")
+#: What an op's ``cost`` may declare: ``high`` gives it small-scope shapes and a work budget (cases/plan.py,
+#: cases/budget.py); ``auto`` (the default) is ``high`` for an op that imports triton, ``normal`` otherwise.
+COSTS = ("auto", "normal", "high")
 _DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?", re.IGNORECASE)
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 

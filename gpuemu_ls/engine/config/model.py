@@ -122,7 +122,8 @@ class OpConfig:
     iterations: int | None = None
     seeds: tuple[int, ...] = ()
     budget: float | None = None  # seconds for this op's cases (math.inf: off); None: the run's or the default
-    cost: str = "normal"  # "high": small-scope shapes (cases/plan.py), as if measured expensive
+    cost: str = "normal"  # "high": small-scope shapes (cases/plan.py) and a work budget (cases/budget.py)
+    cost_reason: str = ""  # why the cost is high: "declared", or what ``cost = "auto"`` found
     nan_contract: bool = False  # a NaN the reference returns from NaN-free inputs is the op's contract there
     call: str = "positional"  # how the op's function receives its inputs (CALL_STYLES)
     reference_call: str = "positional"  # the same for an in-process reference (default: the op's ``call``)

@@ -76,3 +76,49 @@ def _top_level_names(filename: str, _mtime_ns: int, _size: int) -> dict[str, int
 
 #: Calls at a module's top level that may bind names a static read cannot see.
 _DYNAMIC_CALLS = {"globals", "setattr", "exec", "vars", "locals"}
+
+
+#: Workspace modules followed from an op's module when looking for what it imports: enough for a kernel file
+#: imported by a wrapper imported by the op's module, bounded so a large workspace costs a few parses.
+MAX_FOLLOWED = 16
+
+
+def imported_packages(root: Path, start: str | Path) -> frozenset[str]:
+    """Top-level packages a workspace module (``a.b``) or script file imports, directly or through workspace
+    modules it imports (at most :data:`MAX_FOLLOWED` files), read without importing anything:
+    ``{"torch", "triton", "refs"}``."""
+    first = start if isinstance(start, Path) else module_file(root, start)
+    seen: set[Path] = set()
+    found: set[str] = set()
+    queue = [first] if first is not None else []
+    while queue and len(seen) < MAX_FOLLOWED:
+        file = queue.pop(0)
+        if file in seen:
+            continue
+        seen.add(file)
+        try:
+            st = file.stat()
+        except OSError:
+            continue
+        for imported in _imports(str(file), st.st_mtime_ns, st.st_size):
+            found.add(imported.split(".")[0])
+            local = module_file(root, imported)
+            if local is not None:
+                queue.append(local)
+    return frozenset(found)
+
+
+@functools.lru_cache(maxsize=512)
+def _imports(filename: str, _mtime_ns: int, _size: int) -> tuple[str, ...]:
+    """Absolute module names a file imports anywhere in it (a kernel imported inside a function counts)."""
+    try:
+        tree = ast.parse(Path(filename).read_text(encoding="utf-8"), filename=filename)
+    except (SyntaxError, OSError, UnicodeDecodeError, ValueError):
+        return ()
+    names: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.append(node.module)
+    return tuple(dict.fromkeys(names))

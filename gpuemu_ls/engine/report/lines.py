@@ -11,6 +11,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from ..config.keys import format_duration
 from ..oracle.outcome import CaseResult
 
 KIND_TEXT = {
@@ -138,3 +139,13 @@ def failure_line(
         f"{tag} {op} [{kind}: {what}] seed={seed} dtype={dtype} {shapes} layout={layout} "
         f"dist={distribution}: {detail}\n    replay: {replay}"
     )
+
+
+def budget_head(budget: dict[str, Any]) -> str:
+    """What an op's budget was: "budget 20s (op budget)", or a work budget's share of the plan's work."""
+    head = "budget"
+    if budget.get("seconds"):
+        head = f"budget {format_duration(budget['seconds'])}"
+    elif isinstance(budget.get("work"), dict) and budget["work"].get("share"):
+        head = f"budget {budget['work']['share']:.0%} of the plan's work"
+    return head + (f" ({budget['source']})" if budget.get("source") else "")

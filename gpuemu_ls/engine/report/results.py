@@ -18,7 +18,7 @@ from ..config.locations import op_entry, op_source, reference_source
 from ..config.model import Config
 from ..oracle.outcome import CaseResult, OpOutcome
 from ..run.validate import RunResult
-from .lines import replay_command
+from .lines import budget_head, replay_command
 
 SCHEMA = 1
 MAX_FAILURES_PER_OP = 100
@@ -156,7 +156,8 @@ def budget_summary(ops: list[dict[str, Any]], run_budget: dict[str, Any] | None)
     full = [float(e["budget"].get("full_estimate") or 0.0) for e in budgeted]
     seconds = (run_budget or {}).get("seconds")
     together = max(1, int((run_budget or {}).get("side_by_side") or 1))
-    needed = max(max(full, default=0.0), sum(full) / together) if seconds else max(full, default=0.0)
+    timed = any(e["budget"].get("seconds") for e in budgeted)  # an op's own time budget: needs are per op
+    needed = max(full, default=0.0) if timed and not seconds else max(max(full, default=0.0), sum(full) / together)
     out: dict[str, Any] = {
         "seconds": seconds,
         "source": (run_budget or {}).get("source") or "",
@@ -176,9 +177,9 @@ def budget_summary(ops: list[dict[str, Any]], run_budget: dict[str, Any] | None)
             head = f"budget {format_duration(seconds)} ({out['source']}) cut {len(cut)} of {len(ops)} ops"
             fix = f"--budget {format_duration(needed)} (or --budget off)"
         else:
-            each = sorted({(format_duration(e["budget"]["seconds"]), e["budget"]["source"]) for e in cut})
-            head = f"budget cut {len(cut)} of {len(ops)} ops to " + ", ".join(f"{s} ({src})" for s, src in each)
-            fix = f'budget = "{format_duration(needed)}" per op (or --budget off)'
+            each = sorted({budget_head(e["budget"]).removeprefix("budget ") for e in cut})
+            head = f"budget cut {len(cut)} of {len(ops)} ops to " + ", ".join(each)
+            fix = f'budget = "{format_duration(needed)}" per op (or --budget off)' if timed else "--budget off"
         classes = (
             "every class still covered"
             if not out["cut_classes"]

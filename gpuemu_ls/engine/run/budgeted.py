@@ -7,8 +7,9 @@ Which budget applies (:func:`resolve`), most specific first:
 * the run's budget, ``--budget`` or ``[ci] budget`` (``[ci.quick] budget`` for ``--quick``): the wall time
   for all ops, shared out after every op's first cases ran (:func:`allocate`: ops that need less than an
   equal share get what they need, the rest share what is left);
-* with none of these, the default per-op budget of the run's mode (:data:`DEFAULT_BUDGET`), in ``gpuemu
-  test`` and the gate (not ``gpuemu fuzz``, whose count is the ask, nor the editor's runs).
+* with none of these, no time budget: an op whose cost is high gets the default *work* budget instead
+  (:func:`work_cuts`, cases/budget.py), in thorough and quick runs (not ``gpuemu fuzz``, whose count is the
+  ask). A work budget picks its cases before anything runs, the same on every machine.
 
 An op runs in up to three batches on its worker (:class:`BudgetedOp`): its first cases
 (:data:`~gpuemu_ls.engine.cases.budget.PROBE_CASES`), which fit the cost model; the coverage cases
@@ -26,10 +27,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..cases.budget import (
+    DEFAULT_WORK_SHARE,
     PROBE_CASES,
     CostModel,
-    coverage,
+    WorkCut,
+    budget_entry,
     fit,
+    fit_work,
     plan_filter,
     select,
     smaller_seeds,
@@ -40,11 +44,6 @@ from ..cases.plan import CaseSpec, Need, minimum_needs, quick_needs, run_filter,
 from ..config.model import Config, OpConfig
 from ..oracle.outcome import CaseResult, OpOutcome, op_status
 
-#: Seconds per op when no budget is set, by mode. 100 thorough cases of a numpy op take well under a second
-#: and never meet these; an op whose own cost is seconds per case (Triton's interpreter, a script that
-#: starts a framework) is planned down to them, its coverage classes first. Quick runs are for pull
-#: requests: a few seconds per op.
-DEFAULT_BUDGET = {"thorough": 20.0, "quick": 5.0}
 #: Seconds per case the supervisor adds to a case's own time (planning, transfers, storing): README #7.
 SUPERVISOR_S = 0.001
 #: How far past its share a batch may run before it is stopped: cost models are fitted on a few cases.
@@ -58,17 +57,18 @@ class Budgets:
     run: float | None = None
     run_source: str = ""
     per_op: dict[str, tuple[float, str]] = field(default_factory=dict)
+    off: bool = False  # the run's budget is "off" (--budget off, [ci] budget = "off"): no default cut either
 
     @property
     def active(self) -> bool:
         return self.run is not None or bool(self.per_op)
 
 
-def resolve(config: Config, mode: str, ops: list[OpConfig], given: float | None, *, default: bool) -> Budgets:
-    """The budgets a run of ``ops`` in ``mode`` works to (see the module docstring); ``given`` is ``--budget``
-    (``math.inf`` for off), ``default`` whether the mode's default applies when nothing else is set."""
+def resolve(config: Config, mode: str, ops: list[OpConfig], given: float | None) -> Budgets:
+    """The time budgets a run of ``ops`` in ``mode`` works to (see the module docstring); ``given`` is
+    ``--budget`` (``math.inf`` for off)."""
     if given == math.inf:
-        return Budgets()
+        return Budgets(off=True)
     configured = config.ci.quick_budget if mode == "quick" else config.ci.budget
     run, source = (given, "--budget") if given is not None else (None, "")
     if run is None and configured is not None:
@@ -78,12 +78,9 @@ def resolve(config: Config, mode: str, ops: list[OpConfig], given: float | None,
         run = None
     per_op: dict[str, tuple[float, str]] = {}
     for op in ops:
-        if op.budget is not None:
-            if op.budget != math.inf:
-                per_op[op.name] = (op.budget, "op budget")
-        elif run is None and not off and default and mode in DEFAULT_BUDGET:
-            per_op[op.name] = (DEFAULT_BUDGET[mode], "default")
-    return Budgets(run, source, per_op)
+        if op.budget is not None and op.budget != math.inf:
+            per_op[op.name] = (op.budget, "op budget")
+    return Budgets(run, source, per_op, off)
 
 
 def allocate(
@@ -112,6 +109,32 @@ def _or_inf(x: float | None) -> float:
 def needs_of(op: OpConfig, mode: str) -> list[Need]:
     """The coverage needs the planner gives a run of ``mode`` (cases/plan.py), which a budget keeps too."""
     return minimum_needs(op) + (quick_needs(op) if mode == "quick" else structure_needs(op))
+
+
+def work_cuts(
+    config: Config, mode: str, ops: list[OpConfig], plans: dict[str, list[CaseSpec]], budgets: Budgets
+) -> dict[str, WorkCut]:
+    """The default work budget's cut of each high-cost op's plan, for ops no time budget covers (an op's
+    ``budget = "off"`` and a run's budget off included: those run everything)."""
+    if mode not in DEFAULT_WORK_SHARE or budgets.off or budgets.run is not None:
+        return {}
+    cuts: dict[str, WorkCut] = {}
+    for op in ops:
+        specs = plans.get(op.name, [])
+        if op.cost != "high" or op.budget is not None or not specs:
+            continue
+        accept = plan_filter(specs, run_filter(op, mode, quick_dtypes=config.ci.quick_dtypes))
+        source = f"default, cost high: {op.cost_reason.split(':')[0] or 'declared'}"
+        cuts[op.name] = fit_work(op, specs, accept, needs_of(op, mode), DEFAULT_WORK_SHARE[mode], source)
+    return cuts
+
+
+def full_estimate(cut: WorkCut, outcome: OpOutcome) -> float:
+    """Seconds the op's whole plan would take, from the cost model its timed cases fit (the first case left
+    out, as it pays one-off costs); 0 when none was timed. A report figure only: it chooses nothing."""
+    timed = [c for c in outcome.cases if c.durations.get("case") is not None]
+    model = fit((work(c.spec), c.durations["case"]) for c in (timed[1:] if len(timed) > 1 else timed))
+    return sum(model.cost(s) + SUPERVISOR_S for s in cut.planned) if model else 0.0
 
 
 Execute = Callable[[list[CaseSpec], float | None], OpOutcome]
@@ -273,27 +296,18 @@ class BudgetedOp:
 
     def report(self) -> dict[str, Any]:
         """What the budget let run and what it cut: counts, classes per axis, the time everything needs."""
-        ran = [c.spec for c in self.cases]
-        planned_seeds = {s.seed for s in self.specs}
-        ran_planned = sum(1 for s in ran if s.seed in planned_seeds)
-        cov = coverage(self.specs, ran, targets(self.specs, needs_of(self.op, self.mode)))
-        allowance = self.cap[0] if self.cap else None  # an op's own or the default budget, as set
+        allowance = self.cap[0] if self.cap else None  # an op's own budget, as set
         if allowance is None and self.grant is not None:  # its share of the run's budget
             allowance = (self.batches[0].elapsed if self.batches else 0.0) + self.grant
-        return {
-            "seconds": round(allowance, 3) if allowance is not None else None,
-            "source": self.source,
-            "planned": len(self.specs),
-            "ran": len(ran),
-            "cut_cases": len(self.specs) - ran_planned,
-            "smaller_cases": len(ran) - ran_planned,
-            "classes": cov["classes"],
-            "covered": cov["covered"],
-            "cut_classes": cov["cut_classes"],
-            "axes": cov["axes"],
-            "full_estimate": round(self.full_estimate(), 3),
-            "model": self.model.to_dict() if self.model else None,
-        }
+        return budget_entry(
+            self.specs,
+            [c.spec for c in self.cases],
+            targets(self.specs, needs_of(self.op, self.mode)),
+            seconds=allowance,
+            source=self.source,
+            full_estimate=self.full_estimate(),
+            model=self.model.to_dict() if self.model else None,
+        )
 
 
-__all__ = ["DEFAULT_BUDGET", "BudgetedOp", "Budgets", "allocate", "needs_of", "resolve"]
+__all__ = ["BudgetedOp", "Budgets", "allocate", "full_estimate", "needs_of", "resolve", "work_cuts"]

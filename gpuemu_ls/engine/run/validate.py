@@ -29,7 +29,7 @@ from ..errors import UsageError
 from ..oracle.diagnose import diagnose
 from ..oracle.outcome import CaseResult, OpOutcome, op_status
 from ..store.db import Store
-from .budgeted import BudgetedOp, allocate, resolve
+from .budgeted import BudgetedOp, allocate, full_estimate, resolve, work_cuts
 from .confirm import make_probe
 from .runners import is_library
 from .supervisor import Cancelled, SetupFailed, Worker, WorkerLost
@@ -55,7 +55,6 @@ class RunOptions:
     fail_fast: bool = False
     time_budget: float | None = None  # seconds per op (thorough_timeout)
     budget: float | None = None  # the run's budget in seconds (--budget); math.inf: no budget at all (run/budgeted.py)
-    default_budget: bool = False  # with nothing else set, each op gets the mode's default budget (test, the gate)
     source: str = "cli"
     command: str = ""
     store: bool = True
@@ -409,7 +408,9 @@ def run_validation(
     shards = jobs if len(ops) < jobs and not options.fail_fast else 1
     shard_pool = ThreadPoolExecutor(max_workers=shards, thread_name_prefix="gpuemu-shard") if shards > 1 else None
 
-    budgets = resolve(config, options.mode, ops, options.budget, default=options.default_budget)
+    budgets = resolve(config, options.mode, ops, options.budget)
+    cuts = {} if specs_by_op is not None else work_cuts(config, options.mode, ops, plans, budgets)
+    plans.update({name: cut.specs for name, cut in cuts.items()})
 
     def execute(op: OpConfig, specs: list[CaseSpec], opts: RunOptions) -> OpOutcome:
         op_snapshots = (snapshots or {}).get(op.name)
@@ -465,6 +466,9 @@ def run_validation(
 
             probe = make_probe(config, op, run_one)
         outcome.diagnosis = diagnose(outcome, op, config.root, probe)
+        cut = cuts.get(op.name)
+        if cut is not None:
+            outcome.budget = cut.report([c.spec for c in outcome.cases], full_estimate(cut, outcome))
         if store is not None and run_id is not None and outcome.status != "cancelled":
             with store_lock:
                 store.add_cases(
@@ -506,7 +510,7 @@ def run_validation(
             "source": budgets.run_source,
             "side_by_side": 1 if shards > 1 else min(jobs, len(ops)),
         }
-        if budgets.active
+        if budgets.active or cuts
         else None,
     )
     if store is not None and run_id is not None:

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...config.keys import format_duration
-from ..lines import KIND_TEXT
+from ..lines import KIND_TEXT, budget_head
 
 WORD = {"passed": "PASS", "failed": "FAIL", "error": "ERROR", "not_run": "NOT RUN", "cancelled": "CANCELLED"}
 
@@ -63,19 +62,17 @@ def failure_text(op: str, f: dict[str, Any], replay_prefix: str = "") -> str:
 
 
 def budget_text(budget: dict[str, Any]) -> str:
-    """An op's budget in a few words: "budget 20s (default): 24/100 cases, all 31 classes covered", or the
+    """An op's budget in a few words: "budget 20s (op budget): 24/100 cases, all 31 classes covered", or the
     classes it cut."""
-    head = f"budget {format_duration(budget['seconds'])}" if budget.get("seconds") else "budget"
-    if budget.get("source"):
-        head += f" ({budget['source']})"
-    cases = f"{budget['ran']}/{budget['planned']} cases"
+    head = budget_head(budget)
+    cases = f"{budget.get('ran')}/{budget.get('planned')} cases"
     if budget.get("smaller_cases"):
         cases += f" ({budget['smaller_cases']} smaller stand-ins)"
     cut = budget.get("cut_classes") or []
     if not cut:
-        return f"{head}: {cases}, all {budget['classes']} classes covered"
+        return f"{head}: {cases}, all {budget.get('classes')} classes covered"
     more = ", ..." if len(cut) > 6 else ""
-    return f"{head}: {cases}, {len(cut)} of {budget['classes']} classes cut: {', '.join(cut[:6])}{more}"
+    return f"{head}: {cases}, {len(cut)} of {budget.get('classes')} classes cut: {', '.join(map(str, cut[:6]))}{more}"
 
 
 def render_text(doc: dict[str, Any], *, show: int = 3, replay_prefix: str = "") -> str:

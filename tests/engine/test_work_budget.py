@@ -1,0 +1,174 @@
+"""The default budget of a high-cost op is work, not time (issue 16): ``cost = "auto"`` finds ops that import
+triton (their kernels run in Triton's CPU interpreter), and :func:`fit_work` keeps every coverage class by its
+cheapest case plus planned cases up to a share of the plan's work. The same cases on every machine: nothing
+here is timed. Real workers run the cut plans in tests/gate/test_budget_faces.py and tests/benchmarks."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+from kit.workspace import write_ws
+
+from gpuemu_ls.engine.cases.budget import DEFAULT_WORK_SHARE, WORK_MODEL, coverage, work
+from gpuemu_ls.engine.cases.plan import derive_case, run_filter
+from gpuemu_ls.engine.config.checker import TRITON_REASON
+from gpuemu_ls.engine.config.load import load_config
+from gpuemu_ls.engine.errors import ConfigError
+from gpuemu_ls.engine.run.budgeted import needs_of, resolve, work_cuts
+from gpuemu_ls.engine.run.validate import plan_op
+
+OP = """
+[[ops]]
+name = "{name}"
+{source}
+reference = "refs:ref"
+{extra}
+[ops.inputs.x]
+shape = ["B", "N"]
+[ops.dims]
+B = {{ min = 1, max = 64, default = 8 }}
+N = {{ min = 1, max = 4096, default = 1024 }}
+"""
+
+FILES = {
+    "refs.py": "import numpy as np\n\ndef ref(x):\n    return np.asarray(x, dtype=np.float64)\n",
+    "plain.py": "import numpy as np\n\ndef f(x):\n    return np.asarray(x)\n",
+    # statically read, never imported: triton need not be installed for the cost to be found
+    "direct.py": "import numpy as np\nimport triton\n\ndef f(x):\n    return np.asarray(x)\n",
+    "kernels/__init__.py": "",
+    "kernels/softmax.py": "import triton.language as tl\n\ndef launch(x):\n    return x\n",
+    "wrapper.py": "from kernels.softmax import launch\n\ndef f(x):\n    return launch(x)\n",
+    "lazy.py": "def f(x):\n    from triton import jit  # imported when called\n    return x\n",
+    "run_op.py": "import sys\nimport triton\n",
+}
+
+
+def _ws(tmp_path: Path, *ops: tuple[str, str, str], top: str = "") -> Path:
+    head = '[project]\nname = "w"\n[validation]\ndtypes = ["float32", "float16"]\niterations = 40\n' + top
+    body = "".join(OP.format(name=n, source=src, extra=extra) for n, src, extra in ops)
+    return write_ws(tmp_path, head + body, FILES)
+
+
+def test_cost_auto_finds_ops_that_import_triton(tmp_path: Path) -> None:
+    cfg = load_config(
+        _ws(
+            tmp_path,
+            ("plain", 'module = "plain:f"', ""),
+            ("direct", 'module = "direct:f"', ""),
+            ("through_a_wrapper", 'module = "wrapper:f"', ""),
+            ("inside_a_function", 'module = "lazy:f"', ""),
+            ("declared_normal", 'module = "direct:f"', 'cost = "normal"'),
+            ("declared_high", 'module = "plain:f"', 'cost = "high"'),
+            ("explicit_auto", 'module = "wrapper:f"', 'cost = "auto"'),
+        )
+    )
+    got = {o.name: (o.cost, o.cost_reason) for o in cfg.ops}
+    assert got == {
+        "plain": ("normal", ""),
+        "direct": ("high", TRITON_REASON),
+        "through_a_wrapper": ("high", TRITON_REASON),
+        "inside_a_function": ("high", TRITON_REASON),
+        "declared_normal": ("normal", ""),
+        "declared_high": ("high", "declared"),
+        "explicit_auto": ("high", TRITON_REASON),
+    }
+
+
+def test_a_script_op_that_imports_triton_is_high_cost(tmp_path: Path) -> None:
+    toml = (
+        '[project]\nname = "s"\n[[ops]]\nname = "s"\nop_script = "run_op.py"\nreference = "refs:ref"\n'
+        '[[ops]]\nname = "p"\nop_script = "refs.py"\nreference = "refs:ref"\n'
+    )
+    cfg = load_config(write_ws(tmp_path, toml, FILES))
+    assert (cfg.op("s").cost, cfg.op("p").cost) == ("high", "normal")
+
+
+def test_a_bad_cost_is_refused_with_the_choices(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config(_ws(tmp_path, ("x", 'module = "plain:f"', 'cost = "expensive"')))
+    assert any("expensive" in p.message and p.hint == "valid: auto, normal, high" for p in err.value.problems)
+
+
+def _cut(tmp_path: Path, mode: str = "thorough", extra: str = "", seed: int = 0):
+    cfg = load_config(_ws(tmp_path, ("k", 'module = "direct:f"', extra)))
+    op = cfg.op("k")
+    specs = plan_op(cfg, op, mode, None, seed)
+    cuts = work_cuts(cfg, mode, [op], {op.name: specs}, resolve(cfg, mode, [op], None))
+    return cfg, op, specs, cuts.get(op.name)
+
+
+@pytest.mark.parametrize("mode", ["thorough", "quick"])
+@pytest.mark.parametrize("seed", [0, 1000, 77777])
+def test_a_work_cut_keeps_every_class_and_stays_within_its_share(tmp_path: Path, mode: str, seed: int) -> None:
+    cfg, op, specs, cut = _cut(tmp_path, mode, seed=seed)
+    assert cut is not None and cut.planned == specs and cut.share == DEFAULT_WORK_SHARE[mode]
+    cov = coverage(specs, cut.specs, cut.goals)
+    assert cov["cut_classes"] == [] and cov["covered"] == cov["classes"] > 10
+    # coverage cases run whatever they cost; everything else stays within the share
+    full = sum(WORK_MODEL.cost(s) for s in specs)
+    assert cut.work < full / 2
+    assert len(cut.specs) <= len(specs) and len({s.seed for s in cut.specs}) == len(cut.specs)
+    accept = run_filter(op, mode, quick_dtypes=cfg.ci.quick_dtypes)
+    for s in cut.specs:  # every case kept replays from (op, seed) and belongs to the run's mode
+        assert derive_case(op, s.seed) == s and accept(s)
+    # the same plan is cut the same way: nothing about this machine went into it
+    assert [s.seed for s in _cut(tmp_path / "again", mode, seed=seed)[3].specs] == [s.seed for s in cut.specs]
+
+
+def test_a_work_cut_prefers_small_cases_but_keeps_large_ones(tmp_path: Path) -> None:
+    _, _op, specs, cut = _cut(tmp_path)
+    assert cut is not None
+    kept = sorted(work(s) for s in cut.specs)
+    planned = sorted(work(s) for s in specs)
+    assert kept[len(kept) // 2] < planned[len(planned) // 2]  # the small-scope hypothesis
+    assert max(kept) >= planned[len(planned) // 2]  # large sizes still appear, sampled
+    assert {d for s in cut.specs for d in [s.dims["N"]]} >= {1, 2, 3}
+
+
+def test_pinned_seeds_always_run(tmp_path: Path) -> None:
+    _, _op, _specs, cut = _cut(tmp_path, extra="seeds = [123456, 5]")
+    assert cut is not None and {123456, 5} <= {s.seed for s in cut.specs}
+
+
+def test_a_work_cut_reports_like_a_time_budget(tmp_path: Path) -> None:
+    _, _op, specs, cut = _cut(tmp_path)
+    assert cut is not None
+    rep = cut.report(cut.specs, 12.5)
+    assert rep["seconds"] is None and rep["work"]["share"] == DEFAULT_WORK_SHARE["thorough"]
+    assert rep["planned"] == len(specs) and rep["ran"] == len(cut.specs)
+    assert rep["cut_cases"] == len(specs) - sum(1 for s in cut.specs if s.seed in {p.seed for p in specs})
+    assert rep["smaller_cases"] == rep["ran"] - (rep["planned"] - rep["cut_cases"])
+    assert rep["cut_classes"] == [] and rep["full_estimate"] == 12.5
+    assert rep["work"]["full"] > rep["work"]["ran"] and rep["source"] == "default, cost high: imports triton"
+
+
+@pytest.mark.parametrize(
+    ("extra", "top", "given", "mode"),
+    [
+        ("", "", math.inf, "thorough"),  # --budget off: the whole plan
+        ("", '[ci]\nbudget = "off"\n', None, "thorough"),
+        ("", '[ci]\nbudget = "5m"\n', None, "thorough"),  # a time budget replaces it
+        ("", "", 120.0, "thorough"),  # --budget 2m
+        ('budget = "off"', "", None, "thorough"),  # this op is never cut
+        ('budget = "30s"', "", None, "thorough"),
+        ("", "", None, "fuzz"),  # a fuzz run's count is the ask
+        ('cost = "normal"', "", None, "thorough"),
+    ],
+)
+def test_no_work_cut_where_something_else_decides(
+    tmp_path: Path, extra: str, top: str, given: float | None, mode: str
+) -> None:
+    cfg = load_config(_ws(tmp_path, ("k", 'module = "direct:f"', extra), top=top))
+    op = cfg.op("k")
+    specs = plan_op(cfg, op, "thorough", None, 0)
+    assert work_cuts(cfg, mode, [op], {op.name: specs}, resolve(cfg, mode, [op], given)) == {}
+
+
+def test_needs_of_the_mode_are_what_the_cut_keeps(tmp_path: Path) -> None:
+    _, op, specs, cut = _cut(tmp_path)
+    assert cut is not None
+    for need in needs_of(op, "thorough"):
+        if any(need.met(s) for s in specs):
+            assert any(need.met(s) for s in cut.specs), need.label
