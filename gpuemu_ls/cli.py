@@ -241,7 +241,8 @@ def _run_and_report(
     snapshots: dict[str, Any] | None = None,
 ) -> int:
     plans = specs or {
-        n: plan_op(cfg, cfg.op(n), options.mode, options.iterations, options.seed) for n in options.ops or []
+        n: plan_op(cfg, cfg.op(n), options.mode, options.iterations, options.seed, budget=options.budget)
+        for n in options.ops or []
     }
     total = sum(len(v) for v in plans.values())
     progress = Progress(total, enabled=not args.no_progress and args.format == "text" and not args.output)
@@ -318,7 +319,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         distributions=tuple(args.distribution) if args.distribution else None,
     )
     iterations = args.iterations or cfg.ci.fuzz_iterations
-    specs = {name: plan_op(cfg, op, "thorough", iterations, args.seed, accept)}
+    specs = {name: plan_op(cfg, op, "thorough", iterations, args.seed, accept, whole=True)}
     options = RunOptions(
         mode="fuzz",
         iterations=iterations,

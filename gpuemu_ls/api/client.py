@@ -309,7 +309,7 @@ class Client:
         o = self.op(op)
         accept = self._filter(o, dtypes, layouts, value_distribution)
         n = int(iterations) if iterations is not None else self.config.ci.fuzz_iterations
-        specs = plan_op(self.config, o, "thorough", n, seed, accept)
+        specs = plan_op(self.config, o, "thorough", n, seed, accept, whole=True)
         ctx = self._context(o, self._op_runner(o, run_op, framework))
         return self._run_specs(o, ctx, specs, mode="fuzz", fail_fast=fail_fast, on_case=on_case)
 

@@ -16,7 +16,7 @@ from gpuemu_ls.engine.cases.plan import derive_case, run_filter
 from gpuemu_ls.engine.config.checker import TRITON_REASON
 from gpuemu_ls.engine.config.load import load_config
 from gpuemu_ls.engine.errors import ConfigError
-from gpuemu_ls.engine.run.budgeted import needs_of, resolve, work_cuts
+from gpuemu_ls.engine.run.budgeted import needs_of, work_cut
 from gpuemu_ls.engine.run.validate import plan_op
 
 OP = """
@@ -94,9 +94,11 @@ def test_a_bad_cost_is_refused_with_the_choices(tmp_path: Path) -> None:
 def _cut(tmp_path: Path, mode: str = "thorough", extra: str = "", seed: int = 0):
     cfg = load_config(_ws(tmp_path, ("k", 'module = "direct:f"', extra)))
     op = cfg.op("k")
-    specs = plan_op(cfg, op, mode, None, seed)
-    cuts = work_cuts(cfg, mode, [op], {op.name: specs}, resolve(cfg, mode, [op], None))
-    return cfg, op, specs, cuts.get(op.name)
+    specs = plan_op(cfg, op, mode, None, seed, whole=True)
+    plan = plan_op(cfg, op, mode, None, seed)  # what every face runs: the same cut
+    cut = work_cut(cfg, op, mode, specs, None)
+    assert plan.cut == cut and list(plan) == (cut.specs if cut else specs)
+    return cfg, op, specs, cut
 
 
 @pytest.mark.parametrize("mode", ["thorough", "quick"])
@@ -162,8 +164,11 @@ def test_no_work_cut_where_something_else_decides(
 ) -> None:
     cfg = load_config(_ws(tmp_path, ("k", 'module = "direct:f"', extra), top=top))
     op = cfg.op("k")
-    specs = plan_op(cfg, op, "thorough", None, 0)
-    assert work_cuts(cfg, mode, [op], {op.name: specs}, resolve(cfg, mode, [op], given)) == {}
+    specs = plan_op(cfg, op, "thorough", None, 0, whole=True)
+    assert work_cut(cfg, op, mode, specs, given) is None
+    assert plan_op(cfg, op, mode if mode != "fuzz" else "thorough", None, 0, budget=given, whole=mode == "fuzz") == (
+        plan_op(cfg, op, mode if mode != "fuzz" else "thorough", None, 0, whole=True)
+    )
 
 
 def test_needs_of_the_mode_are_what_the_cut_keeps(tmp_path: Path) -> None:
@@ -172,3 +177,16 @@ def test_needs_of_the_mode_are_what_the_cut_keeps(tmp_path: Path) -> None:
     for need in needs_of(op, "thorough"):
         if any(need.met(s) for s in specs):
             assert any(need.met(s) for s in cut.specs), need.label
+
+
+def test_the_full_plan_estimate_is_exact_on_what_ran_and_recovers_a_linear_cost() -> None:
+    from gpuemu_ls.engine.cases.budget import fit_total
+
+    truth = lambda n: 0.02 + 1e-6 * n  # noqa: E731  (a fixed cost and a per-element one, as an interpreter has)
+    sizes = [3, 10, 17, 33, 64, 100, 250, 1000, 4096, 65536, 1 << 20]
+    model = fit_total((n, truth(n)) for n in sizes)
+    assert model is not None
+    assert sum(model.cost_of(n) for n in sizes) == pytest.approx(sum(truth(n) for n in sizes))
+    plan = [1 << 22] * 6 + sizes  # the plan's large cases were never run
+    assert sum(model.cost_of(n) for n in plan) == pytest.approx(sum(truth(n) for n in plan), rel=0.05)
+    assert fit_total([]) is None

@@ -63,7 +63,11 @@ class CostModel:
     per_element: float
 
     def cost(self, spec: CaseSpec) -> float:
-        return self.per_case + self.per_element * work(spec)
+        return self.cost_of(work(spec))
+
+    def cost_of(self, n: int) -> float:
+        """Predicted seconds of a case of work ``n``."""
+        return self.per_case + self.per_element * n
 
     def to_dict(self) -> dict[str, float]:
         return {"per_case": self.per_case, "per_element": self.per_element}
@@ -101,6 +105,21 @@ WORK_PER_CASE = 1024
 WORK_MODEL = CostModel(WORK_PER_CASE, 1.0)
 #: Cases first, work on ties: what a cover that must fit in a count minimises.
 COUNT_MODEL = CostModel(1.0, 1e-12)
+
+
+def fit_total(observations: Iterable[tuple[int, float]]) -> CostModel | None:
+    """A cost model that predicts the *sum* over many cases well from mostly small ones: the fixed cost is the
+    median time of the smallest third, the per-element cost whatever time is left per element. A least-squares
+    line through a dozen tiny cases and one large one can be off tenfold at the plan's large sizes (one slow
+    failing case steepens it); this one is exact on the total of the cases it saw."""
+    obs = sorted((max(int(n), 1), max(float(t), 0.0)) for n, t in observations)
+    if not obs:
+        return None
+    small = sorted(t for _, t in obs[: max(1, len(obs) // 3)])
+    fixed = small[len(small) // 2]
+    total_n = sum(n for n, _ in obs)
+    per_element = max(0.0, sum(t for _, t in obs) - fixed * len(obs)) / total_n
+    return CostModel(fixed, per_element)
 
 
 @dataclass(frozen=True)
@@ -393,6 +412,7 @@ __all__ = [
     "budget_entry",
     "coverage",
     "fit",
+    "fit_total",
     "fit_work",
     "plan_filter",
     "select",

@@ -8,7 +8,7 @@ Which budget applies (:func:`resolve`), most specific first:
   for all ops, shared out after every op's first cases ran (:func:`allocate`: ops that need less than an
   equal share get what they need, the rest share what is left);
 * with none of these, no time budget: an op whose cost is high gets the default *work* budget instead
-  (:func:`work_cuts`, cases/budget.py), in thorough and quick runs (not ``gpuemu fuzz``, whose count is the
+  (:func:`work_cut`, cases/budget.py), in thorough and quick runs (not ``gpuemu fuzz``, whose count is the
   ask). A work budget picks its cases before anything runs, the same on every machine.
 
 An op runs in up to three batches on its worker (:class:`BudgetedOp`): its first cases
@@ -33,6 +33,7 @@ from ..cases.budget import (
     WorkCut,
     budget_entry,
     fit,
+    fit_total,
     fit_work,
     plan_filter,
     select,
@@ -111,29 +112,25 @@ def needs_of(op: OpConfig, mode: str) -> list[Need]:
     return minimum_needs(op) + (quick_needs(op) if mode == "quick" else structure_needs(op))
 
 
-def work_cuts(
-    config: Config, mode: str, ops: list[OpConfig], plans: dict[str, list[CaseSpec]], budgets: Budgets
-) -> dict[str, WorkCut]:
-    """The default work budget's cut of each high-cost op's plan, for ops no time budget covers (an op's
-    ``budget = "off"`` and a run's budget off included: those run everything)."""
-    if mode not in DEFAULT_WORK_SHARE or budgets.off or budgets.run is not None:
-        return {}
-    cuts: dict[str, WorkCut] = {}
-    for op in ops:
-        specs = plans.get(op.name, [])
-        if op.cost != "high" or op.budget is not None or not specs:
-            continue
-        accept = plan_filter(specs, run_filter(op, mode, quick_dtypes=config.ci.quick_dtypes))
-        source = f"default, cost high: {op.cost_reason.split(':')[0] or 'declared'}"
-        cuts[op.name] = fit_work(op, specs, accept, needs_of(op, mode), DEFAULT_WORK_SHARE[mode], source)
-    return cuts
+def work_cut(config: Config, op: OpConfig, mode: str, specs: list[CaseSpec], given: float | None) -> WorkCut | None:
+    """The default work budget's cut of ``op``'s plan in a run of ``mode`` whose ``--budget`` is ``given``
+    (``math.inf``: off); None where something else decides: a run's time budget or "off" (given or
+    ``[ci] budget``), the op's own ``budget`` (time or "off"), a normal-cost op, a fuzz run."""
+    if mode not in DEFAULT_WORK_SHARE or op.cost != "high" or op.budget is not None or not specs:
+        return None
+    budgets = resolve(config, mode, [op], given)
+    if budgets.off or budgets.run is not None:
+        return None
+    accept = plan_filter(specs, run_filter(op, mode, quick_dtypes=config.ci.quick_dtypes))
+    source = f"default, cost high: {op.cost_reason.split(':')[0] or 'declared'}"
+    return fit_work(op, specs, accept, needs_of(op, mode), DEFAULT_WORK_SHARE[mode], source)
 
 
 def full_estimate(cut: WorkCut, outcome: OpOutcome) -> float:
-    """Seconds the op's whole plan would take, from the cost model its timed cases fit (the first case left
-    out, as it pays one-off costs); 0 when none was timed. A report figure only: it chooses nothing."""
+    """Seconds the op's whole plan would take, from the cost model its timed cases fit (:func:`fit_total`, the
+    first case left out, as it pays one-off costs); 0 when none was timed. A report figure: it chooses nothing."""
     timed = [c for c in outcome.cases if c.durations.get("case") is not None]
-    model = fit((work(c.spec), c.durations["case"]) for c in (timed[1:] if len(timed) > 1 else timed))
+    model = fit_total((work(c.spec), c.durations["case"]) for c in (timed[1:] if len(timed) > 1 else timed))
     return sum(model.cost(s) + SUPERVISOR_S for s in cut.planned) if model else 0.0
 
 
@@ -310,4 +307,4 @@ class BudgetedOp:
         )
 
 
-__all__ = ["BudgetedOp", "Budgets", "allocate", "full_estimate", "needs_of", "resolve", "work_cuts"]
+__all__ = ["BudgetedOp", "Budgets", "allocate", "full_estimate", "needs_of", "resolve", "work_cut"]

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from ..cases.budget import WorkCut
 from ..cases.generate import generate_inputs
 from ..cases.plan import CaseSpec, derive_case, plan_cases
 from ..config.keys import MAX_ITERATIONS
@@ -29,7 +30,7 @@ from ..errors import UsageError
 from ..oracle.diagnose import diagnose
 from ..oracle.outcome import CaseResult, OpOutcome, op_status
 from ..store.db import Store
-from .budgeted import BudgetedOp, allocate, full_estimate, resolve, work_cuts
+from .budgeted import BudgetedOp, allocate, full_estimate, resolve, work_cut
 from .confirm import make_probe
 from .runners import is_library
 from .supervisor import Cancelled, SetupFailed, Worker, WorkerLost
@@ -94,6 +95,19 @@ def config_hash(config: Config) -> str:
         return ""
 
 
+class Plan(list[CaseSpec]):
+    """The cases a run of one op covers, and the default work budget's cut that chose them (None: the whole
+    plan). A list, so a caller that narrows it (a dtype filter) gets a plain one: no longer that cut."""
+
+    cut: WorkCut | None = None
+
+    @classmethod
+    def of(cls, specs: list[CaseSpec], cut: WorkCut | None) -> Plan:
+        plan = cls(cut.specs if cut is not None else specs)
+        plan.cut = cut
+        return plan
+
+
 def plan_op(
     config: Config,
     op: OpConfig,
@@ -103,12 +117,18 @@ def plan_op(
     accept: Callable[[CaseSpec], bool] | None = None,
     *,
     cancel: threading.Event | None = None,
-) -> list[CaseSpec]:
+    budget: float | None = None,
+    whole: bool = False,
+) -> Plan:
     """The cases a run of ``op`` in ``mode`` covers (pinned seeds first); ``accept`` narrows thorough runs.
 
     Quick: ``[ci.quick]`` iterations in ``[ci] quick_dtypes`` (unset: float32 plus a few float16/bfloat16
     cases, see :func:`~gpuemu_ls.engine.cases.plan.plan_quick`). Thorough: the op's iterations, every dim's
     minimum and each structure distribution at a boundary shape covered (``plan_thorough``).
+    A high-cost op's plan is cut by the default work budget (:func:`~gpuemu_ls.engine.run.budgeted.work_cut`)
+    unless ``whole`` (a fuzz run's count is the ask, a calibration's sample) or a time budget applies
+    (``budget``: the run's ``--budget``, ``math.inf`` for off; else ``[ci] budget``). Every face plans
+    through here, so ``gpuemu test``, the gate, the editor and the Python API run the same cases.
     ``iterations``, when given, must be in 1..``MAX_ITERATIONS`` (UsageError: 0 is not "the default");
     a set ``cancel`` stops planning with :class:`~gpuemu_ls.engine.cases.plan.PlanCancelled`.
     """
@@ -121,7 +141,8 @@ def plan_op(
         n = iterations or config.ci.quick_iterations
     else:
         n = iterations or op.iterations or config.validation.iterations
-    return plan_cases(op, mode, base, n, quick_dtypes=config.ci.quick_dtypes, accept=accept, cancel=cancel)
+    specs = plan_cases(op, mode, base, n, quick_dtypes=config.ci.quick_dtypes, accept=accept, cancel=cancel)
+    return Plan.of(specs, None if whole else work_cut(config, op, mode, specs, budget))
 
 
 def case_timeout(config: Config, op: OpConfig) -> float:
@@ -386,7 +407,10 @@ def run_validation(
     names = options.ops or [o.name for o in config.ops]
     ops = [config.op(n) for n in names]
     seed = config.validation.seed if options.seed is None else options.seed
-    plans = specs_by_op or {op.name: plan_op(config, op, options.mode, options.iterations, options.seed) for op in ops}
+    plans = specs_by_op or {
+        op.name: plan_op(config, op, options.mode, options.iterations, options.seed, budget=options.budget)
+        for op in ops
+    }
     run_id = None
     if options.store and store is None:
         store = Store.for_workspace(config.root)
@@ -409,8 +433,7 @@ def run_validation(
     shard_pool = ThreadPoolExecutor(max_workers=shards, thread_name_prefix="gpuemu-shard") if shards > 1 else None
 
     budgets = resolve(config, options.mode, ops, options.budget)
-    cuts = {} if specs_by_op is not None else work_cuts(config, options.mode, ops, plans, budgets)
-    plans.update({name: cut.specs for name, cut in cuts.items()})
+    cuts = {name: cut for name, specs in plans.items() if (cut := getattr(specs, "cut", None)) is not None}
 
     def execute(op: OpConfig, specs: list[CaseSpec], opts: RunOptions) -> OpOutcome:
         op_snapshots = (snapshots or {}).get(op.name)
@@ -583,6 +606,7 @@ def replay_spec(
 __all__ = [
     "MODES",
     "OpOutcome",
+    "Plan",
     "RunOptions",
     "RunResult",
     "plan_op",

@@ -204,7 +204,7 @@ def calibrate(
 
     proposals = []
     for d in chosen:
-        specs = plan_op(config, op, "thorough", iterations, seed, mode_filter(op, dtypes=(d,)))
+        specs = plan_op(config, op, "thorough", iterations, seed, mode_filter(op, dtypes=(d,)), whole=True)
         outcome = (run or in_workers)(specs)
         proposals.append(propose(config, op, d, outcome.cases, method, factor, outcome.condition))
     reasons = [f"{p.dtype}: {r}" for p in proposals for r in p.refusal]

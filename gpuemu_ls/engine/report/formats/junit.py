@@ -119,6 +119,10 @@ def _budget_properties(e: dict[str, Any]) -> list[tuple[str, str]]:
             if b.get(key) is not None:
                 out.append((f"budget.{key}", str(b[key])))
         out.append(("budget.cut_classes", "; ".join(b.get("cut_classes") or [])))
+        work = b.get("work") if isinstance(b.get("work"), dict) else {}
+        for key in ("share", "ran", "full"):  # a work budget's share of the plan and the elements it ran
+            if work.get(key) is not None:
+                out.append((f"budget.work_{key}", str(work[key])))
     timing = e.get("timing") or {}
     for key in ("generate", "op", "reference", "compare", "other"):
         if timing.get(key) is not None:
