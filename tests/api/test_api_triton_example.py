@@ -40,7 +40,10 @@ def test_cli_catches_both_buggy_kernels_and_passes_the_correct_ones(triton_ws: P
     assert out.returncode == 1, out.stdout[-3000:] + out.stderr[-3000:]
     ops = {e["name"]: e for e in json.loads(out.stdout)["ops"]}
     for good in ("softmax", "matmul"):
-        assert ops[good]["status"] == "passed" and ops[good]["cases"] == 24, ops[good]["message"]
+        assert ops[good]["status"] == "passed", ops[good]["message"]
+        # an op that imports triton is high-cost: the default work budget cut its 24 planned cases
+        budget = ops[good]["budget"]
+        assert budget["planned"] == 24 and ops[good]["cases"] == budget["ran"] and budget["cut_classes"] == []
     leak, acc = ops["softmax_tail_leak"], ops["matmul_acc_overwrite"]
     assert leak["status"] == "failed" and acc["status"] == "failed"
     # the tail leak needs padding: N not a power of two

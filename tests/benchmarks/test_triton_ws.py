@@ -55,9 +55,11 @@ def test_the_default_gate_catches_every_bug_and_passes_every_twin(tmp_path: Path
     assert len(verdicts) == 16
     wrong = {n: s for n, s in verdicts.items() if s != ("failed" if "_bug_" in n else "passed")}
     assert not wrong, wrong
-    for e in doc["ops"]:  # each op was cut by work, every coverage class kept, and says so
+    cut = [e for e in doc["ops"] if e["budget"]]
+    for e in cut:  # each op cut by work kept every coverage class, and says so
         budget = e["budget"]
         assert budget["source"] == "default, cost high: imports triton", e["name"]
         assert budget["cut_classes"] == [] and budget["work"]["ran"] < budget["work"]["full"], e["name"]
-    assert doc["budget"]["line"].startswith("budget cut 16 of 16 ops to ")
-    assert doc["budget"]["line"].endswith("--budget off")
+    if mode == "--thorough":  # a quick plan may have nothing to save; a thorough one always has here
+        assert len(cut) == 16 and doc["budget"]["line"].startswith("budget cut 16 of 16 ops to ")
+        assert doc["budget"]["line"].endswith("--budget off")

@@ -105,13 +105,17 @@ def _cut(tmp_path: Path, mode: str = "thorough", extra: str = "", seed: int = 0)
 @pytest.mark.parametrize("seed", [0, 1000, 77777])
 def test_a_work_cut_keeps_every_class_and_stays_within_its_share(tmp_path: Path, mode: str, seed: int) -> None:
     cfg, op, specs, cut = _cut(tmp_path, mode, seed=seed)
-    assert cut is not None and cut.planned == specs and cut.share == DEFAULT_WORK_SHARE[mode]
+    if cut is None:  # a quick plan of 8 small-scope cases may have nothing to save: it runs whole
+        assert mode == "quick"
+        return
+    assert cut.planned == specs and cut.share == DEFAULT_WORK_SHARE[mode]
     cov = coverage(specs, cut.specs, cut.goals)
     assert cov["cut_classes"] == [] and cov["covered"] == cov["classes"] > 10
     # coverage cases run whatever they cost; everything else stays within the share
     full = sum(WORK_MODEL.cost(s) for s in specs)
-    assert cut.work < full / 2
-    assert len(cut.specs) <= len(specs) and len({s.seed for s in cut.specs}) == len(cut.specs)
+    assert cut.work < (full / 2 if mode == "thorough" else full)
+    # more cases than planned only to cover classes, each by a small case
+    assert len(cut.specs) <= len(specs) + len(cut.goals) and len({s.seed for s in cut.specs}) == len(cut.specs)
     accept = run_filter(op, mode, quick_dtypes=cfg.ci.quick_dtypes)
     for s in cut.specs:  # every case kept replays from (op, seed) and belongs to the run's mode
         assert derive_case(op, s.seed) == s and accept(s)

@@ -99,7 +99,7 @@ def test_the_default_cut_catches_the_bug_and_says_so_in_every_face(ws: Path) -> 
     assert run["line"].endswith("--budget off") and "every class still covered" in run["line"]
     text = gpuemu("test", "-j", "1", "--no-progress", cwd=ws).stdout  # the same cut, as text
     assert "budget 25% of the plan's work (default, cost high: declared): " in text
-    assert run["line"] in text
+    assert run["line"].split("everything needs about")[0] in text  # the estimate is timed: it may differ
     # JUnit properties and the hover read the same store
     junit = gpuemu("report", "--format", "junit", cwd=ws)
     props = {p.get("name"): p.get("value") for p in ET.fromstring(junit.stdout.split("?>", 1)[1]).iter("property")}

@@ -24,13 +24,14 @@ runner's speed. A time budget (``--budget``, ``[ci] budget``, an op's ``budget``
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..config.model import OpConfig
-from .plan import STRATEGIES, CaseSpec, Need, derive_case
+from .plan import DEFAULT_TILES, STRATEGIES, CaseSpec, Need, derive_case, minimum_needs, tiled_dims
 
 #: Cases run before an op is planned to its budget: enough to see a fixed and a per-element cost.
 PROBE_CASES = 3
@@ -124,19 +125,26 @@ def fit_total(observations: Iterable[tuple[int, float]]) -> CostModel | None:
 
 @dataclass(frozen=True)
 class Target:
-    """A coverage class a run should contain: a value on one axis, or a coverage need."""
+    """A coverage class a run should contain: a value on one axis, a coverage need, or a tile class
+    (``test``); ``guard``, when set, is what a case must also be to stand for the class (not degenerate)."""
 
-    axis: str  # dtype | layout | distribution | shape | need
+    axis: str  # dtype | layout | distribution | shape | need | tile
     value: str
     need: Need | None = None
+    test: Callable[[CaseSpec], bool] | None = dataclasses.field(default=None, compare=False)
+    guard: Callable[[CaseSpec], bool] | None = dataclasses.field(default=None, compare=False)
 
     @property
     def label(self) -> str:
-        return f"{self.axis} {self.value}" if self.axis != "need" else self.value
+        return f"{self.axis} {self.value}" if self.axis not in ("need", "tile") else self.value
 
     def met(self, spec: CaseSpec) -> bool:
+        if self.guard is not None and not self.guard(spec):
+            return False
         if self.need is not None:
             return self.need.met(spec)
+        if self.test is not None:
+            return self.test(spec)
         field = dict(AXES)[self.axis]
         return getattr(spec, field) == self.value
 
@@ -223,30 +231,32 @@ def select(
     order, then the stand-ins, each that still fits.
     """
     room = max(0, max_count - len(done))
-    uncovered = [t for t in goals if not any(t.met(s) for s in done)]
+    uncovered = {j for j, t in enumerate(goals) if not any(t.met(s) for s in done)}
     planned_seeds = {s.seed for s in planned}
     pool: list[CaseSpec] = list(planned) + [s for s in extras if s.seed not in planned_seeds]
     costs = {s.seed: model.cost(s) for s in pool}
+    # which goals each case meets, once: the greedy below looks at every case once per pick
+    meets = [frozenset(j for j in uncovered if goals[j].met(s)) for s in pool] if uncovered else []
     chosen: set[int] = set()
     cover: list[CaseSpec] = []
     spent = 0.0
     while uncovered and len(cover) < room:
         best: tuple[float, int, int] | None = None
-        pick: CaseSpec | None = None
+        pick = -1
         for i, s in enumerate(pool):
             if s.seed in chosen or spent + costs[s.seed] > allowance:
                 continue
-            gain = sum(1 for t in uncovered if t.met(s))
+            gain = len(meets[i] & uncovered)
             if gain:
                 key = (gain / max(costs[s.seed], 1e-9), -int(s.seed not in planned_seeds), -i)
                 if best is None or key > best:
-                    best, pick = key, s
-        if pick is None:
+                    best, pick = key, i
+        if pick < 0:
             break
-        chosen.add(pick.seed)
-        cover.append(pick)
-        spent += costs[pick.seed]
-        uncovered = [t for t in uncovered if not t.met(pick)]
+        chosen.add(pool[pick].seed)
+        cover.append(pool[pick])
+        spent += costs[pool[pick].seed]
+        uncovered -= meets[pick]
     fill: list[CaseSpec] = []
     for s in pool:  # planned first, in plan order; then the stand-ins in seed order
         if len(cover) + len(fill) >= room:
@@ -330,6 +340,86 @@ class WorkCut:
         )
 
 
+def non_degenerate(op: OpConfig) -> Callable[[CaseSpec], bool]:
+    """Whether a case has every dim at 2 or more (where its range allows): what a case must be to stand for a
+    class under a work budget. The cheapest case of a class is often one row of one element, where the class
+    cannot show: a transposed vector is the vector, a stride never steps, a row mask has nothing to mask."""
+    floor = {n: min(2, max(d.candidates) if d.candidates is not None else d.max) for n, d in op.dims.items()}
+    seen: dict[int, bool] = {}  # by seed: a seed means one case of this op, and the cover asks many times
+
+    def check(spec: CaseSpec) -> bool:
+        if spec.seed not in seen:
+            seen[spec.seed] = all(spec.dims.get(n, 2) >= f for n, f in floor.items())
+        return seen[spec.seed]
+
+    return check
+
+
+def tile_targets(op: OpConfig, guard: Callable[[CaseSpec], bool], dtypes: list[str]) -> list[Target]:
+    """The boundary classes of each tiled dim (cases/plan.py's small-scope sizes, by what they exercise), each
+    with every other dim at 2 or more: a partial tile (3 or more, neither a power of two nor a multiple of
+    the smallest tile: a tail mask) and past the largest tile below the dim's maximum (a second tile: an
+    accumulator carried, overwritten or not rescaled), each in every dtype of ``dtypes`` (a verdict per dtype,
+    as the pytest plugin gives, needs each there); an exact tile (an off-by-one mask) in any."""
+    out: list[Target] = []
+    for name in tiled_dims(op):
+        dim = op.dims[name]
+        top = max(dim.candidates) if dim.candidates is not None else dim.max
+        tiles = [t for t in (dim.tiles or DEFAULT_TILES) if t < top] or [min(dim.tiles or DEFAULT_TILES)]
+        small, big = min(tiles), max(tiles)
+
+        def partial(spec: CaseSpec, n: str = name, t: int = small) -> bool:
+            v = spec.dims.get(n, 0)
+            return v >= 3 and v & (v - 1) != 0 and v % t != 0
+
+        def exact(spec: CaseSpec, n: str = name, ts: frozenset[int] = frozenset(tiles)) -> bool:
+            return spec.dims.get(n, 0) in ts
+
+        def past(spec: CaseSpec, n: str = name, t: int = big) -> bool:
+            return spec.dims.get(n, 0) > t
+
+        def in_dtype(test: Callable[[CaseSpec], bool], dtype: str) -> Callable[[CaseSpec], bool]:
+            return lambda spec: spec.dtype == dtype and test(spec)
+
+        for dtype in dtypes:
+            out += [
+                Target("tile", f"{name} in a partial tile, {dtype}", test=in_dtype(partial, dtype), guard=guard),
+                Target("tile", f"{name} past {big}, {dtype}", test=in_dtype(past, dtype), guard=guard),
+            ]
+        out.append(Target("tile", f"{name} at a tile ({', '.join(map(str, tiles))})", test=exact, guard=guard))
+    return out
+
+
+def layout_targets(guard: Callable[[CaseSpec], bool], specs: list[CaseSpec]) -> list[Target]:
+    """Each layout the plan has in each dtype it has, not degenerate: a stride bug shows in every dtype."""
+    pairs = sorted({(s.dtype, s.layout) for s in specs})
+    return [
+        Target(
+            "layout",
+            f"{layout} in {dtype}",
+            test=lambda s, d=dtype, lay=layout: (s.dtype, s.layout) == (d, lay),
+            guard=guard,
+        )
+        for dtype, layout in pairs
+    ]
+
+
+def cover_goals(op: OpConfig, specs: list[CaseSpec], needs: list[Need], pool: list[CaseSpec]) -> list[Target]:
+    """The classes a cut must keep: :func:`targets` of the plan, each tiled dim's :func:`tile_targets` and each
+    (dtype, layout) of the plan (:func:`layout_targets`), each to be met by a case that is not degenerate
+    (:func:`non_degenerate`) where ``pool`` (the plan and the stand-ins) has one; a dim at its minimum is
+    degenerate by definition, and a combined class nothing in ``pool`` meets is left out, not reported cut."""
+    guard = non_degenerate(op)
+    minimums = {n.label for n in minimum_needs(op)}
+    goals: list[Target] = []
+    for t in targets(specs, needs):
+        strict = replace(t, guard=guard)
+        goals.append(strict if t.label not in minimums and any(strict.met(s) for s in pool) else t)
+    dtypes = sorted({s.dtype for s in specs})
+    extra = tile_targets(op, guard, dtypes) + layout_targets(guard, specs)
+    return goals + [t for t in extra if any(t.met(s) for s in pool)]
+
+
 def fit_work(
     op: OpConfig,
     specs: list[CaseSpec],
@@ -337,22 +427,33 @@ def fit_work(
     needs: list[Need],
     share: float,
     source: str,
-) -> WorkCut:
-    """The cases a work budget of ``share`` of ``specs``' work keeps: the op's pinned seeds, then every
-    coverage class by its cheapest case (planned, or a smaller seed beyond the plan that ``accept`` keeps),
-    whatever it costs, then the planned cases in seed order and the smaller seeds while the share lasts.
-    Deterministic: a function of the plan only."""
-    goals = targets(specs, needs)
-    pinned = [s for s in specs if s.seed in set(op.seeds)]
-    rest = [s for s in specs if s.seed not in set(op.seeds)]
+) -> WorkCut | None:
+    """The cases a work budget of ``share`` of ``specs``' work keeps, deterministically (a function of the
+    plan only), in this order:
+
+    1. the op's pinned seeds, and every planned case no larger than the plan's median (a high-cost op's plan
+       is half small-scope: these cost little and keep the plan's own mix of dtype, layout, distribution and
+       shape, the combinations bugs show at: a tail leak needs a partial tile *and* values it is not lost in);
+    2. every coverage class those miss (:func:`cover_goals`: no class shown only by a degenerate case), by its
+       cheapest case, planned or a seed beyond the plan that ``accept`` keeps, whatever it costs;
+    3. the larger planned cases in seed order while the cut's work stays within the share, then seeds beyond
+       the plan no larger than the median, up to the planned count.
+
+    None when that would not save work (a plan of small cases): the whole plan runs."""
+    sizes = sorted(work(s) for s in specs)
+    median = sizes[len(sizes) // 2] if sizes else 0
+    kept = [s for s in specs if s.seed in set(op.seeds) or work(s) <= median]
+    rest = [s for s in specs if s not in kept]
     extras = smaller_seeds(op, specs, accept)
     wide = smaller_seeds(op, specs, accept, limit=COVER_SCAN * len(specs), scan=COVER_SCAN, largest=MAX_WORK)
-    cover = _cover(pinned, rest, wide, goals, len(specs))
-    taken = {s.seed for s in pinned + cover}
-    allowed = share * sum(WORK_MODEL.cost(s) for s in specs)
-    spent = sum(WORK_MODEL.cost(s) for s in pinned + cover)
+    goals = cover_goals(op, specs, needs, specs + wide)
+    cover = _cover(kept, rest, wide, goals, len(specs))
+    taken = {s.seed for s in kept + cover}
+    full = sum(WORK_MODEL.cost(s) for s in specs)
+    allowed = share * full
+    spent = sum(WORK_MODEL.cost(s) for s in kept + cover)
     fill = select(
-        pinned + cover,
+        kept + cover,
         [s for s in rest if s.seed not in taken],
         [s for s in extras if s.seed not in taken],
         [],
@@ -360,19 +461,21 @@ def fit_work(
         max(0.0, allowed - spent),
         len(specs),
     ).fill
-    return WorkCut(specs, pinned + cover + fill, goals, share, allowed, source)
+    chosen = sorted(kept + cover + fill, key=lambda s: (s.seed not in set(op.seeds), s.seed))
+    if sum(WORK_MODEL.cost(s) for s in chosen) >= full:
+        return None  # no saving: the whole plan runs, and no budget is reported
+    return WorkCut(specs, chosen, goals, share, allowed, source)
 
 
 def _cover(
-    pinned: list[CaseSpec], rest: list[CaseSpec], wide: list[CaseSpec], goals: list[Target], count: int
+    kept: list[CaseSpec], rest: list[CaseSpec], wide: list[CaseSpec], goals: list[Target], count: int
 ) -> list[CaseSpec]:
-    """Cases that cover every class in ``goals`` the pinned ones do not: the cheapest cover (classes gained per
+    """Cases that cover every class in ``goals`` the kept ones do not: the cheapest cover (classes gained per
     element) when it fits in the planned ``count``; else the one with the fewest cases (most classes per case,
-    the cheaper on ties), as a quick run of 8 cases may have to; else the cheapest without a count: a class
-    is never dropped for a count (its cases are the smallest there are)."""
-    for model, limit in ((WORK_MODEL, count), (COUNT_MODEL, count), (WORK_MODEL, count + len(goals))):
-        cover = select(pinned, rest, wide, goals, model, math.inf, limit).cover
-        if all(any(t.met(s) for s in pinned + cover) for t in goals):
+    the cheaper on ties); else the cheapest without a count: a class is never dropped for a count."""
+    for model, limit in ((WORK_MODEL, count), (COUNT_MODEL, count), (WORK_MODEL, len(kept) + len(goals))):
+        cover = select(kept, rest, wide, goals, model, math.inf, max(limit, len(kept))).cover
+        if all(any(t.met(s) for s in kept + cover) for t in goals):
             return cover
     return cover
 
@@ -410,13 +513,17 @@ __all__ = [
     "Target",
     "WorkCut",
     "budget_entry",
+    "cover_goals",
     "coverage",
     "fit",
     "fit_total",
     "fit_work",
+    "layout_targets",
+    "non_degenerate",
     "plan_filter",
     "select",
     "smaller_seeds",
     "targets",
+    "tile_targets",
     "work",
 ]

@@ -30,8 +30,10 @@ from ..cases.budget import (
     DEFAULT_WORK_SHARE,
     PROBE_CASES,
     CostModel,
+    Target,
     WorkCut,
     budget_entry,
+    cover_goals,
     fit,
     fit_total,
     fit_work,
@@ -164,6 +166,7 @@ class BudgetedOp:
         self.model: CostModel | None = None
         self.grant: float | None = None
         self.source = cap[1] if cap else run_source  # where the op's budget came from
+        self.goals: list[Target] | None = None  # the classes the cut kept (set when the plan did not fit)
 
     # --- measuring ------------------------------------------------------------------------------------
     def _run(self, specs: list[CaseSpec], limit: float | None) -> OpOutcome:
@@ -244,8 +247,8 @@ class BudgetedOp:
 
     def _fit_rest(self, grant: float) -> None:
         accept = plan_filter(self.specs, run_filter(self.op, self.mode, quick_dtypes=self.config.ci.quick_dtypes))
-        goals = targets(self.specs, needs_of(self.op, self.mode))
         extras = smaller_seeds(self.op, self.specs, accept)
+        goals = self.goals = cover_goals(self.op, self.specs, needs_of(self.op, self.mode), self.specs + extras)
         start = self.charged
         for step in ("cover", "rest"):
             if self.stopped() or self.model is None:
@@ -299,7 +302,7 @@ class BudgetedOp:
         return budget_entry(
             self.specs,
             [c.spec for c in self.cases],
-            targets(self.specs, needs_of(self.op, self.mode)),
+            self.goals or targets(self.specs, needs_of(self.op, self.mode)),
             seconds=allowance,
             source=self.source,
             full_estimate=self.full_estimate(),

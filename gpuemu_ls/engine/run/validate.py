@@ -95,6 +95,14 @@ def config_hash(config: Config) -> str:
         return ""
 
 
+def check_iterations(iterations: int | None) -> None:
+    """UsageError unless ``iterations`` is None (the default) or an integer in 1..``MAX_ITERATIONS``."""
+    if iterations is not None and (
+        isinstance(iterations, bool) or not isinstance(iterations, int) or not 1 <= iterations <= MAX_ITERATIONS
+    ):
+        raise UsageError(f"iterations must be an integer in 1..{MAX_ITERATIONS}, got {iterations!r}")
+
+
 class Plan(list[CaseSpec]):
     """The cases a run of one op covers, and the default work budget's cut that chose them (None: the whole
     plan). A list, so a caller that narrows it (a dtype filter) gets a plain one: no longer that cut."""
@@ -132,10 +140,7 @@ def plan_op(
     ``iterations``, when given, must be in 1..``MAX_ITERATIONS`` (UsageError: 0 is not "the default");
     a set ``cancel`` stops planning with :class:`~gpuemu_ls.engine.cases.plan.PlanCancelled`.
     """
-    if iterations is not None and (
-        isinstance(iterations, bool) or not isinstance(iterations, int) or not 1 <= iterations <= MAX_ITERATIONS
-    ):
-        raise UsageError(f"iterations must be an integer in 1..{MAX_ITERATIONS}, got {iterations!r}")
+    check_iterations(iterations)
     base = config.validation.seed if seed is None else seed
     if mode == "quick":
         n = iterations or config.ci.quick_iterations
@@ -407,10 +412,16 @@ def run_validation(
     names = options.ops or [o.name for o in config.ops]
     ops = [config.op(n) for n in names]
     seed = config.validation.seed if options.seed is None else options.seed
-    plans = specs_by_op or {
-        op.name: plan_op(config, op, options.mode, options.iterations, options.seed, budget=options.budget)
-        for op in ops
-    }
+    check_iterations(options.iterations)  # before the run is stored: plans are made as ops start
+    plans: dict[str, list[CaseSpec]] = dict(specs_by_op or {})
+
+    def plan_of(op: OpConfig) -> list[CaseSpec]:
+        """The op's plan, made on first use: planning one op (a work cut scans seeds: ~0.2 s) overlaps with
+        the others running on their workers."""
+        if op.name not in plans and specs_by_op is None:
+            plans[op.name] = plan_op(config, op, options.mode, options.iterations, options.seed, budget=options.budget)
+        return plans.get(op.name, [])
+
     run_id = None
     if options.store and store is None:
         store = Store.for_workspace(config.root)
@@ -433,7 +444,6 @@ def run_validation(
     shard_pool = ThreadPoolExecutor(max_workers=shards, thread_name_prefix="gpuemu-shard") if shards > 1 else None
 
     budgets = resolve(config, options.mode, ops, options.budget)
-    cuts = {name: cut for name, specs in plans.items() if (cut := getattr(specs, "cut", None)) is not None}
 
     def execute(op: OpConfig, specs: list[CaseSpec], opts: RunOptions) -> OpOutcome:
         op_snapshots = (snapshots or {}).get(op.name)
@@ -443,7 +453,7 @@ def run_validation(
 
     def probed(op: OpConfig) -> BudgetedOp:
         """A budgeted op after its first cases: its batches share one progress count."""
-        specs = plans.get(op.name, [])
+        specs = plan_of(op)
         if options.on_op_start:
             options.on_op_start(op.name, len(specs))
         done = [0]
@@ -473,7 +483,7 @@ def run_validation(
 
     def one(op: OpConfig, outcome: OpOutcome | None = None) -> OpOutcome:
         if outcome is None:
-            specs = plans.get(op.name, [])
+            specs = plan_of(op)
             if options.on_op_start:
                 options.on_op_start(op.name, len(specs))
             outcome = execute(op, specs, options)
@@ -489,7 +499,7 @@ def run_validation(
 
             probe = make_probe(config, op, run_one)
         outcome.diagnosis = diagnose(outcome, op, config.root, probe)
-        cut = cuts.get(op.name)
+        cut: WorkCut | None = getattr(plan_of(op), "cut", None)
         if cut is not None:
             outcome.budget = cut.report([c.spec for c in outcome.cases], full_estimate(cut, outcome))
         if store is not None and run_id is not None and outcome.status != "cancelled":
@@ -533,7 +543,7 @@ def run_validation(
             "source": budgets.run_source,
             "side_by_side": 1 if shards > 1 else min(jobs, len(ops)),
         }
-        if budgets.active or cuts
+        if budgets.active or any(o.budget for o in outcomes)
         else None,
     )
     if store is not None and run_id is not None:
