@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from kit.workspace import write_ws
 
-from gpuemu_ls.engine.cases.budget import DEFAULT_WORK_SHARE, WORK_MODEL, coverage, work
+from gpuemu_ls.engine.cases.budget import DEFAULT_WORK_SHARE, coverage, work
 from gpuemu_ls.engine.cases.plan import derive_case, run_filter
 from gpuemu_ls.engine.config.checker import TRITON_REASON
 from gpuemu_ls.engine.config.load import load_config
@@ -112,7 +112,7 @@ def test_a_work_cut_keeps_every_class_and_stays_within_its_share(tmp_path: Path,
     cov = coverage(specs, cut.specs, cut.goals)
     assert cov["cut_classes"] == [] and cov["covered"] == cov["classes"] > 10
     # coverage cases run whatever they cost; everything else stays within the share
-    full = sum(WORK_MODEL.cost(s) for s in specs)
+    full = sum(cut.model.cost(s) for s in specs)
     assert cut.work < (full / 2 if mode == "thorough" else full)
     # more cases than planned only to cover classes, each by a small case
     assert len(cut.specs) <= len(specs) + len(cut.goals) and len({s.seed for s in cut.specs}) == len(cut.specs)

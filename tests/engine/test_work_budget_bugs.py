@@ -1,8 +1,9 @@
 """A work cut must never explain a bug away (issue 16, trust first): each bug class a high-cost kernel has
 (strides ignored, a tail tile leaked, an accumulator overwritten across tiles) is caught by the default cut
-on every seed tried, in thorough runs **in every dtype** (the pytest plugin gives a verdict per dtype) and in
-quick runs (float32 plus a few half-precision cases) in float32, while its correct twin passes. Runs through the Python API in this process: numpy stand-ins for
-Triton kernels, declared ``cost = "high"`` (an op importing triton gets the same plan)."""
+on every seed tried, in thorough runs in every dtype (the pytest plugin gives a verdict per dtype) and in
+quick runs (float32 plus a few half-precision cases) in float32, while its correct twin passes. Runs
+through the Python API in this process: numpy stand-ins for Triton kernels, declared ``cost = "high"`` (an
+op that imports triton gets the same plan)."""
 
 from __future__ import annotations
 

@@ -39,7 +39,7 @@ PROBE_CASES = 3
 EXTRA_SCAN = 8
 #: The same for a work budget's coverage cases, which it runs whatever they cost: a wider scan finds each
 #: class a cheap case (a boundary shape with that distribution) where the plan has only a large one.
-COVER_SCAN = 64
+COVER_SCAN = 32
 #: No bound on a coverage stand-in's size: the cheapest case of each class wins anyway.
 MAX_WORK = 1 << 62
 #: The axes a coverage class lives on, with the CaseSpec field each reads, in report order.
@@ -102,8 +102,34 @@ DEFAULT_WORK_SHARE = {"thorough": 0.25, "quick": 0.5}
 #: What every case costs in work whatever its size (a launch, the reference, the comparison), in elements:
 #: without it a thousand one-element cases would look free.
 WORK_PER_CASE = 1024
-#: The cost model of a work budget: elements, the same on every machine.
-WORK_MODEL = CostModel(WORK_PER_CASE, 1.0)
+#: Value distributions a tile class in one dtype is shown with: finite values of ordinary size, where a lost
+#: tail, a dropped carry or an overwritten accumulator always changes the result (a NaN, an overflow out of
+#: range or a row of zeros can hide it).
+PLAIN_DISTRIBUTIONS = ("normal", "uniform", "integers", "positive")
+#: The smallest tile a kernel is assumed to walk a dim in (cases/plan.py's DEFAULT_TILES start there).
+WORK_TILE = 16
+
+
+@dataclass(frozen=True)
+class WorkModel:
+    """The cost of a case under a work budget, the same on every machine: its work (:func:`work`, elements)
+    times the tiles of 16 its largest tiled dim spans, plus :data:`WORK_PER_CASE`. The span factor is what an
+    interpreter pays per loop trip: a kernel that walks a dim in tiles revisits the other dims once per
+    tile (attention is quadratic in the sequence), so of two cases with equal elements the one with the
+    longer tiled dim costs more."""
+
+    tiled: tuple[str, ...] = ()
+
+    def cost(self, spec: CaseSpec) -> float:
+        longest = max((spec.dims.get(d, 1) for d in self.tiled), default=1)
+        return WORK_PER_CASE + work(spec) * max(1.0, longest / WORK_TILE)
+
+
+def work_model(op: OpConfig) -> WorkModel:
+    """The work model of ``op``: its tiled dims (cases/plan.py's :func:`tiled_dims`)."""
+    return WorkModel(tuple(tiled_dims(op)))
+
+
 #: Cases first, work on ties: what a cover that must fit in a count minimises.
 COUNT_MODEL = CostModel(1.0, 1e-12)
 
@@ -220,7 +246,7 @@ def select(
     planned: list[CaseSpec],
     extras: list[CaseSpec],
     goals: list[Target],
-    model: CostModel,
+    model: CostModel | WorkModel,
     allowance: float,
     max_count: int,
 ) -> Selection:
@@ -309,16 +335,17 @@ class WorkCut:
     specs: list[CaseSpec]
     goals: list[Target]
     share: float
-    allowed: float  # elements the fill could spend (the share of the full plan's work)
+    allowed: float  # work the fill could spend (the share of the full plan's work)
     source: str
+    model: WorkModel
 
     @property
     def full_work(self) -> float:
-        return sum(WORK_MODEL.cost(s) for s in self.planned)
+        return sum(self.model.cost(s) for s in self.planned)
 
     @property
     def work(self) -> float:
-        return sum(WORK_MODEL.cost(s) for s in self.specs)
+        return sum(self.model.cost(s) for s in self.specs)
 
     def report(self, ran: list[CaseSpec], full_estimate: float) -> dict[str, Any]:
         """The op's ``budget`` entry, shaped like a time budget's (results.budget_summary reads both), with
@@ -333,18 +360,24 @@ class WorkCut:
             model=None,
             work={
                 "share": self.share,
-                "ran": int(sum(WORK_MODEL.cost(s) for s in ran)),
+                "ran": int(sum(self.model.cost(s) for s in ran)),
                 "full": int(self.full_work),
-                "unit": "elements",
+                "unit": "elements x tiles of the longest tiled dim",
             },
         )
 
 
-def non_degenerate(op: OpConfig) -> Callable[[CaseSpec], bool]:
-    """Whether a case has every dim at 2 or more (where its range allows): what a case must be to stand for a
-    class under a work budget. The cheapest case of a class is often one row of one element, where the class
-    cannot show: a transposed vector is the vector, a stride never steps, a row mask has nothing to mask."""
-    floor = {n: min(2, max(d.candidates) if d.candidates is not None else d.max) for n, d in op.dims.items()}
+def non_degenerate(op: OpConfig, dims: list[str] | None = None) -> Callable[[CaseSpec], bool]:
+    """Whether a case has every dim of ``dims`` (default: the last two axes of the inputs, the ones a layout
+    permutes and a row or a tile lives on) at 2 or more where its range allows: what a case must be to stand
+    for a class under a work budget. The cheapest case of a class is often one row of
+    one element, where the class cannot show: a transposed vector is the vector, a stride never steps, a row
+    mask has nothing to mask."""
+    inner = {d for i in op.inputs for d in i.shape[-2:] if isinstance(d, str) and d in op.dims}
+    names = (inner or set(op.dims)) if dims is None else set(dims)
+    floor = {
+        n: min(2, max(d.candidates) if d.candidates is not None else d.max) for n, d in op.dims.items() if n in names
+    }
     seen: dict[int, bool] = {}  # by seed: a seed means one case of this op, and the cover asks many times
 
     def check(spec: CaseSpec) -> bool:
@@ -355,16 +388,27 @@ def non_degenerate(op: OpConfig) -> Callable[[CaseSpec], bool]:
     return check
 
 
-def tile_targets(op: OpConfig, guard: Callable[[CaseSpec], bool], dtypes: list[str]) -> list[Target]:
-    """The boundary classes of each tiled dim (cases/plan.py's small-scope sizes, by what they exercise), each
-    with every other dim at 2 or more: a partial tile (3 or more, neither a power of two nor a multiple of
-    the smallest tile: a tail mask) and past the largest tile below the dim's maximum (a second tile: an
-    accumulator carried, overwritten or not rescaled), each in every dtype of ``dtypes`` (a verdict per dtype,
-    as the pytest plugin gives, needs each there); an exact tile (an off-by-one mask) in any."""
+def tile_targets(op: OpConfig, dtypes: list[str]) -> list[Target]:
+    """The boundary classes of each tiled dim (cases/plan.py's small-scope sizes, by what they exercise), with
+    the other tiled dims at 2 or more (batch and heads may stay at 1: they only repeat programs). In every
+    dtype of ``dtypes`` (a verdict per dtype, as the pytest plugin gives, needs each there): a partial tile
+    (3 or more, neither a power of two nor a multiple of the smallest tile: a tail mask) and past the
+    smallest tile (a second tile: an accumulator carried, overwritten or not rescaled). In any dtype: an
+    exact tile (an off-by-one mask) and past the largest tile below the dim's maximum (where a kernel with
+    a large tile first needs a second one; dear for a kernel quadratic in the dim, so once). The classes of
+    one dtype are shown with :data:`PLAIN_DISTRIBUTIONS` where the op has them."""
+    guard = non_degenerate(op, tiled_dims(op))
+    ordinary = set(PLAIN_DISTRIBUTIONS) & set(op.distributions)
+
+    def plain(spec: CaseSpec) -> bool:  # values a wrong tile cannot hide in (no NaN, no overflow, not all 0)
+        return not ordinary or spec.distribution in ordinary
+
     out: list[Target] = []
     for name in tiled_dims(op):
         dim = op.dims[name]
-        top = max(dim.candidates) if dim.candidates is not None else dim.max
+        if dim.candidates is not None:
+            continue  # a list of supported sizes (head dims): each is planned, none is a tail
+        top = dim.max
         tiles = [t for t in (dim.tiles or DEFAULT_TILES) if t < top] or [min(dim.tiles or DEFAULT_TILES)]
         small, big = min(tiles), max(tiles)
 
@@ -375,18 +419,23 @@ def tile_targets(op: OpConfig, guard: Callable[[CaseSpec], bool], dtypes: list[s
         def exact(spec: CaseSpec, n: str = name, ts: frozenset[int] = frozenset(tiles)) -> bool:
             return spec.dims.get(n, 0) in ts
 
-        def past(spec: CaseSpec, n: str = name, t: int = big) -> bool:
+        def past(spec: CaseSpec, n: str = name, t: int = small) -> bool:
+            return spec.dims.get(n, 0) > t
+
+        def past_all(spec: CaseSpec, n: str = name, t: int = big) -> bool:
             return spec.dims.get(n, 0) > t
 
         def in_dtype(test: Callable[[CaseSpec], bool], dtype: str) -> Callable[[CaseSpec], bool]:
-            return lambda spec: spec.dtype == dtype and test(spec)
+            return lambda spec: spec.dtype == dtype and plain(spec) and test(spec)
 
         for dtype in dtypes:
             out += [
                 Target("tile", f"{name} in a partial tile, {dtype}", test=in_dtype(partial, dtype), guard=guard),
-                Target("tile", f"{name} past {big}, {dtype}", test=in_dtype(past, dtype), guard=guard),
+                Target("tile", f"{name} past {small}, {dtype}", test=in_dtype(past, dtype), guard=guard),
             ]
         out.append(Target("tile", f"{name} at a tile ({', '.join(map(str, tiles))})", test=exact, guard=guard))
+        if big > small:
+            out.append(Target("tile", f"{name} past {big}", test=past_all, guard=guard))
     return out
 
 
@@ -416,7 +465,7 @@ def cover_goals(op: OpConfig, specs: list[CaseSpec], needs: list[Need], pool: li
         strict = replace(t, guard=guard)
         goals.append(strict if t.label not in minimums and any(strict.met(s) for s in pool) else t)
     dtypes = sorted({s.dtype for s in specs})
-    extra = tile_targets(op, guard, dtypes) + layout_targets(guard, specs)
+    extra = tile_targets(op, dtypes) + layout_targets(guard, specs)
     return goals + [t for t in extra if any(t.met(s) for s in pool)]
 
 
@@ -447,34 +496,40 @@ def fit_work(
     extras = smaller_seeds(op, specs, accept)
     wide = smaller_seeds(op, specs, accept, limit=COVER_SCAN * len(specs), scan=COVER_SCAN, largest=MAX_WORK)
     goals = cover_goals(op, specs, needs, specs + wide)
-    cover = _cover(kept, rest, wide, goals, len(specs))
+    cover = _cover(kept, rest, wide, goals, len(specs), work_model(op))
     taken = {s.seed for s in kept + cover}
-    full = sum(WORK_MODEL.cost(s) for s in specs)
+    model = work_model(op)
+    full = sum(model.cost(s) for s in specs)
     allowed = share * full
-    spent = sum(WORK_MODEL.cost(s) for s in kept + cover)
+    spent = sum(model.cost(s) for s in kept + cover)
     fill = select(
         kept + cover,
         [s for s in rest if s.seed not in taken],
         [s for s in extras if s.seed not in taken],
         [],
-        WORK_MODEL,
+        model,
         max(0.0, allowed - spent),
         len(specs),
     ).fill
     chosen = sorted(kept + cover + fill, key=lambda s: (s.seed not in set(op.seeds), s.seed))
-    if sum(WORK_MODEL.cost(s) for s in chosen) >= full:
+    if sum(model.cost(s) for s in chosen) >= full:
         return None  # no saving: the whole plan runs, and no budget is reported
-    return WorkCut(specs, chosen, goals, share, allowed, source)
+    return WorkCut(specs, chosen, goals, share, allowed, source, model)
 
 
 def _cover(
-    kept: list[CaseSpec], rest: list[CaseSpec], wide: list[CaseSpec], goals: list[Target], count: int
+    kept: list[CaseSpec],
+    rest: list[CaseSpec],
+    wide: list[CaseSpec],
+    goals: list[Target],
+    count: int,
+    model: WorkModel,
 ) -> list[CaseSpec]:
     """Cases that cover every class in ``goals`` the kept ones do not: the cheapest cover (classes gained per
     element) when it fits in the planned ``count``; else the one with the fewest cases (most classes per case,
     the cheaper on ties); else the cheapest without a count: a class is never dropped for a count."""
-    for model, limit in ((WORK_MODEL, count), (COUNT_MODEL, count), (WORK_MODEL, len(kept) + len(goals))):
-        cover = select(kept, rest, wide, goals, model, math.inf, max(limit, len(kept))).cover
+    for cost, limit in ((model, count), (COUNT_MODEL, count), (model, len(kept) + len(goals))):
+        cover = select(kept, rest, wide, goals, cost, math.inf, max(limit, len(kept))).cover
         if all(any(t.met(s) for s in kept + cover) for t in goals):
             return cover
     return cover
@@ -506,12 +561,12 @@ __all__ = [
     "AXES",
     "DEFAULT_WORK_SHARE",
     "PROBE_CASES",
-    "WORK_MODEL",
     "WORK_PER_CASE",
     "CostModel",
     "Selection",
     "Target",
     "WorkCut",
+    "WorkModel",
     "budget_entry",
     "cover_goals",
     "coverage",
@@ -526,4 +581,5 @@ __all__ = [
     "targets",
     "tile_targets",
     "work",
+    "work_model",
 ]
