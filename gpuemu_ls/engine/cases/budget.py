@@ -40,6 +40,9 @@ EXTRA_SCAN = 8
 #: The same for a work budget's coverage cases, which it runs whatever they cost: a wider scan finds each
 #: class a cheap case (a boundary shape with that distribution) where the plan has only a large one.
 COVER_SCAN = 32
+#: At most this many seeds are scanned for stand-ins (deriving one takes ~0.2 ms): a plan of 100,000 cases
+#: would otherwise spend minutes looking for smaller ones.
+MAX_SCAN = 4096
 #: No bound on a coverage stand-in's size: the cheapest case of each class wins anyway.
 MAX_WORK = 1 << 62
 #: The axes a coverage class lives on, with the CaseSpec field each reads, in report order.
@@ -208,7 +211,7 @@ def smaller_seeds(
 ) -> list[CaseSpec]:
     """Seeds after the plan's last whose case ``accept`` keeps and whose work is at most ``largest`` (default:
     the plan's median case), in seed order, at most ``limit`` (default: the planned count), looking at
-    ``scan`` seeds per planned case."""
+    ``scan`` seeds per planned case (at most :data:`MAX_SCAN` in all)."""
     if not specs:
         return []
     sizes = sorted(work(s) for s in specs)
@@ -217,7 +220,7 @@ def smaller_seeds(
     limit = len(specs) if limit is None else limit
     out: list[CaseSpec] = []
     start = max(s.seed for s in specs) + 1
-    for seed in range(start, start + scan * max(len(specs), 1)):
+    for seed in range(start, start + min(scan * max(len(specs), 1), MAX_SCAN)):
         if len(out) >= limit:
             break
         if seed in taken:
