@@ -494,14 +494,16 @@ def fit_work(
     None when that would not save work (a plan of small cases): the whole plan runs."""
     sizes = sorted(work(s) for s in specs)
     median = sizes[len(sizes) // 2] if sizes else 0
-    kept = [s for s in specs if s.seed in set(op.seeds) or work(s) <= median]
-    rest = [s for s in specs if s not in kept]
+    pinned = set(op.seeds)
+    kept = [s for s in specs if s.seed in pinned or work(s) <= median]
+    kept_seeds = {s.seed for s in kept}
+    rest = [s for s in specs if s.seed not in kept_seeds]
     extras = smaller_seeds(op, specs, accept)
     wide = smaller_seeds(op, specs, accept, limit=COVER_SCAN * len(specs), scan=COVER_SCAN, largest=MAX_WORK)
     goals = cover_goals(op, specs, needs, specs + wide)
-    cover = _cover(kept, rest, wide, goals, len(specs), work_model(op))
-    taken = {s.seed for s in kept + cover}
     model = work_model(op)
+    cover = _cover(kept, rest, wide, goals, len(specs), model)
+    taken = {s.seed for s in kept + cover}
     full = sum(model.cost(s) for s in specs)
     allowed = share * full
     spent = sum(model.cost(s) for s in kept + cover)
@@ -514,7 +516,7 @@ def fit_work(
         max(0.0, allowed - spent),
         len(specs),
     ).fill
-    chosen = sorted(kept + cover + fill, key=lambda s: (s.seed not in set(op.seeds), s.seed))
+    chosen = sorted(kept + cover + fill, key=lambda s: (s.seed not in pinned, s.seed))
     if sum(model.cost(s) for s in chosen) >= full:
         return None  # no saving: the whole plan runs, and no budget is reported
     return WorkCut(specs, chosen, goals, share, allowed, source, model)
