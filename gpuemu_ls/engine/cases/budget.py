@@ -15,16 +15,18 @@ case and per element) to them, and asks :func:`select` for the rest:
 What does not fit is reported: :func:`coverage` lists each axis' classes planned and run, and the cut.
 
 **The default budget is work, not time** (:func:`fit_work`). An op whose cost is high (declared, or an op that
-imports triton: cases/plan.py's small-scope shapes) runs every coverage class by its cheapest case, then the
-planned cases in seed order while their work (:func:`work`, elements) stays within a share of the full plan's
-(:data:`DEFAULT_WORK_SHARE`), then smaller seeds beyond the plan up to the planned count. Work is a function of
-the plan alone, so the same cases run on every machine, loaded or quiet: a verdict never depends on the CI
-runner's speed. A time budget (``--budget``, ``[ci] budget``, an op's ``budget``) replaces it when set.
+imports triton: cases/plan.py's small-scope shapes) keeps its plan's small half, then every coverage class
+those miss (:func:`cover_goals`) by its cheapest case that is not degenerate, then larger planned cases while
+the cut's work (:class:`WorkModel`) stays within a share of the full plan's (:data:`DEFAULT_WORK_SHARE`). Work
+is a function of the plan alone, so the same cases run on every machine, loaded or quiet: a verdict never
+depends on the CI runner's speed. A time budget (``--budget``, ``[ci] budget``, an op's ``budget``) replaces
+it when set.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
@@ -425,9 +427,6 @@ def tile_targets(op: OpConfig, dtypes: list[str]) -> list[Target]:
         def past(spec: CaseSpec, n: str = name, t: int = small) -> bool:
             return spec.dims.get(n, 0) > t
 
-        def past_all(spec: CaseSpec, n: str = name, t: int = big) -> bool:
-            return spec.dims.get(n, 0) > t
-
         def in_dtype(test: Callable[[CaseSpec], bool], dtype: str) -> Callable[[CaseSpec], bool]:
             return lambda spec: spec.dtype == dtype and plain(spec) and test(spec)
 
@@ -438,7 +437,7 @@ def tile_targets(op: OpConfig, dtypes: list[str]) -> list[Target]:
             ]
         out.append(Target("tile", f"{name} at a tile ({', '.join(map(str, tiles))})", test=exact, guard=guard))
         if big > small:
-            out.append(Target("tile", f"{name} past {big}", test=past_all, guard=guard))
+            out.append(Target("tile", f"{name} past {big}", test=functools.partial(past, t=big), guard=guard))
     return out
 
 
@@ -498,8 +497,11 @@ def fit_work(
     kept = [s for s in specs if s.seed in pinned or work(s) <= median]
     kept_seeds = {s.seed for s in kept}
     rest = [s for s in specs if s.seed not in kept_seeds]
-    extras = smaller_seeds(op, specs, accept)
     wide = smaller_seeds(op, specs, accept, limit=COVER_SCAN * len(specs), scan=COVER_SCAN, largest=MAX_WORK)
+    # the fill's stand-ins are smaller_seeds' default (the first EXTRA_SCAN seeds per case, no larger than the
+    # median), all of them inside the wide scan: taken from it rather than derived again
+    near = max(s.seed for s in specs) + 1 + min(EXTRA_SCAN * len(specs), MAX_SCAN)
+    extras = [s for s in wide if s.seed < near and work(s) <= median][: len(specs)]
     goals = cover_goals(op, specs, needs, specs + wide)
     model = work_model(op)
     cover = _cover(kept, rest, wide, goals, len(specs), model)

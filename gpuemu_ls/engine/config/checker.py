@@ -935,6 +935,7 @@ class _Checker:
         else:
             inputs = tuple(InputSpec(n, DEFAULT_INPUT_SHAPE) for n in op.get("input_names", ["x"]))
         mode = op.get("execution_mode") or ("script_based" if "op_script" in op else "in_process")
+        cost, cost_reason = op_cost(root, op)
         return OpConfig(
             name=op["name"],
             index=index,
@@ -957,7 +958,8 @@ class _Checker:
             iterations=op.get("iterations"),
             seeds=tuple(op.get("seeds", ())),
             budget=parse_duration(op["budget"]) if "budget" in op else None,
-            **dict(zip(("cost", "cost_reason"), op_cost(root, op), strict=True)),
+            cost=cost,
+            cost_reason=cost_reason,
             nan_contract=bool(op.get("nan_contract", False)),
             call=op.get("call", "positional"),
             reference_call=op.get("reference_call", op.get("call", "positional")),
