@@ -80,6 +80,44 @@ def test_stream_reads_sequentially() -> None:
     np.testing.assert_array_equal(first, b.words(8))
 
 
+@pytest.mark.parametrize("pattern", [[1, 1, 5, 1, 20, 3], [16, 1, 17], [2, 40, 1, 1, 1, 1, 4096, 1], [3] * 30])
+def test_scalar_draws_read_the_stream_as_array_draws_do(pattern: list[int]) -> None:
+    """Scalar draws are served from words read ahead, with Python floats: every draw must be the bits one
+    long read gives (a stored replay is (op, seed) planned again, scalar draws included)."""
+    mixed, whole = Stream("mix", 3), Stream("mix", 3)
+    got: list[float] = []
+    for n in pattern:
+        got += [mixed.integer(-7, 1000), float(mixed.chance(0.3))] if n == 1 else mixed.uniform(n).tolist()
+    want: list[float] = []
+    for n in pattern:
+        if n == 1:
+            u = whole.uniform(2)
+            want += [-7 + int(np.floor(u[0] * 1007)), float(u[1] < 0.3)]
+        else:
+            want += whole.uniform(n).tolist()
+    assert got == want and mixed.pos == whole.pos
+    np.testing.assert_array_equal(mixed.words(9), whole.words(9))
+
+
+@pytest.mark.parametrize("span", [1, 2, 3, 1007, (1 << 40) + 3, (1 << 53) - 1])
+def test_one_integer_is_the_first_of_integers(span: int) -> None:
+    a, b = Stream("int", span), Stream("int", span)
+    assert [a.integer(5, 5 + span) for _ in range(50)] == b.integers(5, 5 + span, 50).tolist()
+
+
+def test_streams_in_threads_do_not_disturb_each_other() -> None:
+    """Streams share one generator per thread: streams read side by side in threads still read their own."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def draws(k: int) -> list[int]:
+        s = Stream("thread", k)
+        return [s.integer(0, 1 << 30) for _ in range(2000)]
+
+    alone = [draws(k) for k in range(4)]
+    with ThreadPoolExecutor(4) as pool:
+        assert list(pool.map(draws, range(4))) == alone
+
+
 def test_uniforms_are_in_the_open_interval_and_exact_below_one_half() -> None:
     u = Stream("uniform-range").uniform(100_000)
     assert u.min() > 0.0 and u.max() < 1.0
