@@ -194,3 +194,55 @@ def test_the_full_plan_estimate_is_exact_on_what_ran_and_recovers_a_linear_cost(
     plan = [1 << 22] * 6 + sizes  # the plan's large cases were never run
     assert sum(model.cost_of(n) for n in plan) == pytest.approx(sum(truth(n) for n in plan), rel=0.05)
     assert fit_total([]) is None
+
+
+ATTENTION = """
+[project]
+name = "a"
+[[ops]]
+name = "attention"
+module = "direct:f"
+reference = "refs:ref"
+[ops.inputs.q]
+shape = ["B", "H", "S", "D"]
+[ops.inputs.k]
+shape = ["B", "H", "S", "D"]
+[ops.dims]
+B = { min = 1, max = 2, default = 1 }
+H = { min = 1, max = 4, default = 2 }
+S = { min = 1, max = 256, default = 128 }
+D = [16, 32, 64]
+"""
+
+
+@pytest.mark.parametrize("which", ["attention", "rows"])
+@pytest.mark.parametrize("seed", [0, 5, 1000, 2000])
+def test_each_class_is_shown_by_a_small_case_where_the_seeds_hold_one(tmp_path: Path, which: str, seed: int) -> None:
+    """A rare class (a structure at a boundary shape, a dim past the largest tile in one dtype) may have one
+    member among the first seeds past the plan, as likely its largest size as its smallest: the cut looks
+    further for a cheaper one, and covers by classes per unit of work, not by fewest cases (which picks the
+    largest). For an attention kernel, quadratic in S, one such case cost more than the rest of the cut."""
+    from gpuemu_ls.engine.cases.budget import MAX_SCAN, plan_filter
+
+    if which == "attention":
+        cfg = load_config(write_ws(tmp_path, ATTENTION, FILES))
+        op = cfg.op("attention")
+    else:
+        cfg = load_config(_ws(tmp_path, ("k", 'module = "direct:f"', "")))
+        op = cfg.op("k")
+    specs = plan_op(cfg, op, "thorough", None, seed, whole=True)
+    cut = work_cut(cfg, op, "thorough", specs, None)
+    assert cut is not None
+    accept = plan_filter(specs, run_filter(op, "thorough", quick_dtypes=cfg.ci.quick_dtypes))
+    start = max(s.seed for s in specs) + 1
+    seen = specs + [c for c in (derive_case(op, k) for k in range(start, start + MAX_SCAN)) if accept(c)]
+    sizes = sorted(work(s) for s in specs)
+    small = max(cut.model.cost(s) for s in specs if work(s) <= sizes[len(sizes) // 2])
+    for goal in cut.goals:
+        if (goal.axis, goal.value) == ("shape", "default"):
+            continue  # one size
+        cheapest_seen = min((cut.model.cost(s) for s in seen if goal.met(s)), default=None)
+        if cheapest_seen is None:
+            continue
+        in_cut = min(cut.model.cost(s) for s in cut.specs if goal.met(s))
+        assert in_cut <= 2 * max(small, cheapest_seen), (goal.label, in_cut, cheapest_seen, small)

@@ -16,7 +16,7 @@ What does not fit is reported: :func:`coverage` lists each axis' classes planned
 
 **The default budget is work, not time** (:func:`fit_work`). An op whose cost is high (declared, or an op that
 imports triton: cases/plan.py's small-scope shapes) keeps its plan's small half, then every coverage class
-those miss (:func:`cover_goals`) by its cheapest case that is not degenerate, then larger planned cases while
+those miss (:func:`cover_goals`) by the cheapest cases that are not degenerate, then larger planned cases while
 the cut's work (:class:`WorkModel`) stays within a share of the full plan's (:data:`DEFAULT_WORK_SHARE`). Work
 is a function of the plan alone, so the same cases run on every machine, loaded or quiet: a verdict never
 depends on the CI runner's speed. A time budget (``--budget``, ``[ci] budget``, an op's ``budget``) replaces
@@ -135,10 +135,6 @@ def work_model(op: OpConfig) -> WorkModel:
     return WorkModel(tuple(tiled_dims(op)))
 
 
-#: Cases first, work on ties: what a cover that must fit in a count minimises.
-COUNT_MODEL = CostModel(1.0, 1e-12)
-
-
 def fit_total(observations: Iterable[tuple[int, float]]) -> CostModel | None:
     """A cost model that predicts the *sum* over many cases well from mostly small ones: the fixed cost is the
     median time of the smallest third, the per-element cost whatever time is left per element. A least-squares
@@ -233,6 +229,11 @@ def smaller_seeds(
     return out
 
 
+def goals_met(goals: list[Target], specs: Iterable[CaseSpec]) -> dict[int, frozenset[int]]:
+    """The indexes of the goals each case meets, by seed."""
+    return {s.seed: frozenset(j for j, t in enumerate(goals) if t.met(s)) for s in specs}
+
+
 @dataclass
 class Selection:
     """What :func:`select` chose: coverage cases first, then the rest, with their predicted seconds."""
@@ -254,20 +255,24 @@ def select(
     model: CostModel | WorkModel,
     allowance: float,
     max_count: int,
+    met_by: dict[int, frozenset[int]] | None = None,
 ) -> Selection:
     """Cases to run next within ``allowance`` seconds and ``max_count - len(done)`` cases.
 
     Coverage first: greedily the case that gains the most targets not yet met (by ``done`` or the cases
     chosen) per predicted second, planned cases before stand-ins on ties; then the planned cases in their
-    order, then the stand-ins, each that still fits.
+    order, then the stand-ins, each that still fits. ``met_by`` (:func:`goals_met`), when given, says which
+    goals each case meets, by seed: a caller that selects from one pool several times tests each goal once.
     """
     room = max(0, max_count - len(done))
-    uncovered = {j for j, t in enumerate(goals) if not any(t.met(s) for s in done)}
     planned_seeds = {s.seed for s in planned}
     pool: list[CaseSpec] = list(planned) + [s for s in extras if s.seed not in planned_seeds]
+    if met_by is None:
+        met_by = goals_met(goals, [*done, *pool])
+    uncovered = set(range(len(goals))).difference(*(met_by[s.seed] for s in done))
     costs = {s.seed: model.cost(s) for s in pool}
     # which goals each case meets, once: the greedy below looks at every case once per pick
-    meets = [frozenset(j for j in uncovered if goals[j].met(s)) for s in pool] if uncovered else []
+    meets = [met_by[s.seed] & uncovered for s in pool] if uncovered else []
     chosen: set[int] = set()
     cover: list[CaseSpec] = []
     spent = 0.0
@@ -485,8 +490,10 @@ def fit_work(
     1. the op's pinned seeds, and every planned case no larger than the plan's median (a high-cost op's plan
        is half small-scope: these cost little and keep the plan's own mix of dtype, layout, distribution and
        shape, the combinations bugs show at: a tail leak needs a partial tile *and* values it is not lost in);
-    2. every coverage class those miss (:func:`cover_goals`: no class shown only by a degenerate case), by its
-       cheapest case, planned or a seed beyond the plan that ``accept`` keeps, whatever it costs;
+    2. every coverage class those miss (:func:`cover_goals`: no class shown only by a degenerate case), by the
+       cover with the most classes per unit of work (:func:`_cover`), from the plan and seeds beyond it that
+       ``accept`` keeps (:data:`COVER_SCAN` per planned case, and further, up to :data:`MAX_SCAN`, for a class
+       whose cheapest member so far is dearer than every kept case: :func:`_dearer_members`), whatever it costs;
     3. the larger planned cases in seed order while the cut's work stays within the share, then seeds beyond
        the plan no larger than the median, up to the planned count.
 
@@ -504,7 +511,9 @@ def fit_work(
     extras = [s for s in wide if s.seed < near and work(s) <= median][: len(specs)]
     goals = cover_goals(op, specs, needs, specs + wide)
     model = work_model(op)
-    cover = _cover(kept, rest, wide, goals, len(specs), model)
+    past_wide = max(s.seed for s in specs) + 1 + min(COVER_SCAN * len(specs), MAX_SCAN)
+    wide += _dearer_members(op, specs, accept, kept, rest + wide, goals, model, past_wide)
+    cover = _cover(kept, rest, wide, goals, model)
     taken = {s.seed for s in kept + cover}
     full = sum(model.cost(s) for s in specs)
     allowed = share * full
@@ -524,22 +533,64 @@ def fit_work(
     return WorkCut(specs, chosen, goals, share, allowed, source, model)
 
 
+def _dearer_members(
+    op: OpConfig,
+    specs: list[CaseSpec],
+    accept: Callable[[CaseSpec], bool],
+    kept: list[CaseSpec],
+    pool: list[CaseSpec],
+    goals: list[Target],
+    model: WorkModel,
+    first: int,
+) -> list[CaseSpec]:
+    """Cheaper members of the classes whose cheapest case in ``pool`` costs more than every kept case: seeds
+    from ``first`` on (to :data:`MAX_SCAN` past the plan's last), each that is the cheapest yet of such a
+    class, until each has a member no dearer than the kept cases.
+
+    A rare class (a structured distribution at a boundary shape, a dim past the largest tile in one dtype)
+    may have one member among the seeds the wide scan saw, as likely the plan's largest size as its smallest:
+    for a kernel quadratic in a dim, that one case can cost more than all the rest of the cut (benchmark 11's
+    attention: 6 s of a 12 s op). The default shape is one size: nothing cheaper to look for."""
+    bound = max((model.cost(s) for s in kept), default=0.0)
+    best: dict[int, float] = {}
+    for j, t in enumerate(goals):
+        if (t.axis, t.value) == ("shape", "default") or any(t.met(s) for s in kept):
+            continue
+        costs = [model.cost(s) for s in pool if t.met(s)]
+        if costs and min(costs) > bound:
+            best[j] = min(costs)
+    found: list[CaseSpec] = []
+    taken = {s.seed for s in pool} | set(op.seeds)
+    for seed in range(first, max(s.seed for s in specs) + 1 + MAX_SCAN):
+        if not best:
+            break
+        if seed in taken:
+            continue
+        spec = derive_case(op, seed)
+        if not accept(spec):
+            continue
+        cost = model.cost(spec)
+        better = [j for j, c in best.items() if cost < c and goals[j].met(spec)]
+        if better:
+            found.append(spec)
+            best.update((j, cost) for j in better)
+            best = {j: c for j, c in best.items() if c > bound}
+    return found
+
+
 def _cover(
     kept: list[CaseSpec],
     rest: list[CaseSpec],
     wide: list[CaseSpec],
     goals: list[Target],
-    count: int,
     model: WorkModel,
 ) -> list[CaseSpec]:
-    """Cases that cover every class in ``goals`` the kept ones do not: the cheapest cover (classes gained per
-    element) when it fits in the planned ``count``; else the one with the fewest cases (most classes per case,
-    the cheaper on ties); else the cheapest without a count: a class is never dropped for a count."""
-    for cost, limit in ((model, count), (COUNT_MODEL, count), (model, len(kept) + len(goals))):
-        cover = select(kept, rest, wide, goals, cost, math.inf, max(limit, len(kept))).cover
-        if all(any(t.met(s) for s in kept + cover) for t in goals):
-            return cover
-    return cover
+    """Cases that cover every class in ``goals`` the kept ones do not: greedily the most classes per unit of
+    work, whatever their count. (Capping the count at the plan's, as this once did first, picked the few
+    cases that cover many classes at once: the largest, several times the work of a cover of small ones.)"""
+    return select(
+        kept, rest, wide, goals, model, math.inf, len(kept) + len(goals), goals_met(goals, [*kept, *rest, *wide])
+    ).cover
 
 
 def coverage(planned: list[CaseSpec], ran: list[CaseSpec], goals: list[Target]) -> dict[str, Any]:
