@@ -109,6 +109,9 @@ def start_cli(root: Path, tag: str, *args: str, no_zygote: bool = False, out: Pa
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # as a user's terminal delivers Ctrl-C: a test suite started as a background job (`pytest &`, nohup)
+        # has SIGINT ignored, which its children inherit, and Python then installs no KeyboardInterrupt
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
 
 
