@@ -48,6 +48,9 @@ def test_cli_catches_both_buggy_kernels_and_passes_the_correct_ones(triton_ws: P
     assert leak["status"] == "failed" and acc["status"] == "failed"
     # the tail leak needs padding: N not a power of two
     assert all(not is_pow2(f["dims"]["N"]) for f in leak["failures"]) and leak["failures"]
+    # and the diagnosis says so (it said "N > 2 ... state carried across blocks is lost" before this reading)
+    assert re.match(r"fails (iff|only if) N is not a power of two ", leak["diagnosis"]), leak["diagnosis"]
+    assert "next power of two" in leak["diagnosis"] and "confirmation case(s) agree" in leak["diagnosis"]
     # the overwritten accumulator needs two K tiles: K > BLOCK_K = 16; and the diagnosis says so
     assert all(f["dims"]["K"] > 16 for f in acc["failures"]) and acc["failures"]
     assert re.match(r"fails (iff|only if) K > 16 ", acc["diagnosis"]), acc["diagnosis"]

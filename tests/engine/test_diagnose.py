@@ -653,3 +653,46 @@ def test_tie_counts_match_the_definition_on_random_and_tied_values() -> None:
         down = int((tie & (np.abs(r) < np.abs(vals))).sum())
         assert count_ties(vals, dtype) == (down, int(tie.sum()) - down)
         assert down > 500 and int(tie.sum()) - down > 500
+
+
+#: a block of next_power_of_2(N) whose padding leaks: every N but a power of two fails (one row hides it)
+PADDED_POW2 = [
+    case(0, "failed", 3),
+    case(1, "failed", 17),
+    case(2, "failed", 96),
+    case(3, "failed", 100),
+    case(4, "passed", 4),
+    case(5, "passed", 16),
+    case(6, "passed", 64),
+    case(7, "passed", 128),
+    case(8, "passed", 1),
+    case(9, "passed", 9, "subnormal", 1e-40),  # values the leak is lost in
+    case(10, "passed", 256, probe=True),
+    case(11, "failed", 192, probe=True),
+]
+
+
+def test_a_padded_power_of_two_block_is_named_when_cases_tell_it_from_every_block(cfg: Config) -> None:
+    """96, 100 and 192 failing refute N % 2, 4, ..., 64 != 0; 4 and 16 passing refute N % 128 and N % 256
+    (each a power of two below the block); 64, 128 and 256 passing refute N > t: only the padding is left."""
+    cases, extra = split(PADDED_POW2)
+    text = diagnose_cases(cases, cfg.op("rows"), probes=extra)
+    assert text.startswith("fails only if N is not a power of two (4/4 failing; 1/7 passing"), text
+    assert "next power of two" in text and "2 confirmation case(s) agree" in text
+
+
+@pytest.mark.parametrize(
+    ("rows", "why"),
+    [
+        # every failing N odd, no even one failing: "N % 2 != 0" fits as well, and it is the block reading
+        ([case(0, "failed", 3), case(1, "failed", 17), case(2, "failed", 65), case(3, "passed", 4),
+          case(4, "passed", 64), case(5, "passed", 1)], "N % 2 != 0"),
+        # a block of 64: 32 failing is a power of two, so the padding reading never fits
+        ([case(0, "failed", 32), case(1, "failed", 96), case(2, "failed", 100), case(3, "passed", 64),
+          case(4, "passed", 128)], "N % 64 != 0"),
+    ],
+)  # fmt: skip
+def test_the_power_of_two_reading_waits_for_evidence_against_the_block_readings(cfg: Config, rows, why) -> None:
+    cases, extra = split(rows)
+    text = diagnose_cases(cases, cfg.op("rows"), probes=extra)
+    assert "power of two" not in text and why in text, text

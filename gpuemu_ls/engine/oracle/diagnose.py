@@ -1,13 +1,14 @@
 """One line that says when an op fails and where the error sits, confirmed by targeted cases.
 
 A condition is a predicate over case features: a layout, dtype or value distribution (or a set of
-them); a dim equal to a value, not a multiple of 2**k, above or below a threshold; the largest input
-magnitude above 2**k; and conjunctions of two. After an op fails, every such condition that all its
-failing cases meet is a *candidate*. Candidates are then told apart by **confirmation cases**: the
-simplest failing case with one feature changed (a dim set to a size that separates tile sizes 32,
-64, 128 and 256, another layout, dtype or distribution), each chosen to split the candidates that
-still fit, at most ``PROBE_BUDGET`` per op. A candidate that a confirmation case refutes (the op
-fails where it says it should not) is dropped.
+them); a dim equal to a value, not a multiple of 2**k, not a power of two (a block of next_power_of_2(N),
+once passing cases tell it from every block that fits), above or below a threshold; the largest input
+magnitude above 2**k; and conjunctions of two (not with the power of two, a reading of its own). After an
+op fails, every such condition that all its failing cases meet is a *candidate*. Candidates are then told
+apart by **confirmation cases**: the simplest failing case with one feature changed (a dim set to a size
+that separates tile sizes 32, 64, 128 and 256, another layout, dtype or distribution), each chosen to split
+the candidates that still fit, at most ``PROBE_BUDGET`` per op. A candidate that a confirmation case
+refutes (the op fails where it says it should not) is dropped.
 
 A condition is stated ("fails iff ...") only when confirmation cases ran and it is the one candidate
 left that every case fits; sizes that no case told apart are named as such. Failing that, two triggers
@@ -125,6 +126,12 @@ def _atoms(cases: list[Any], bad: list[Any]) -> list[Predicate]:
                 )
             )
             k += 1
+        if _pow2_told_apart(d, cases, bad):
+            preds.append(
+                Predicate(
+                    f"{d} is not a power of two", lambda c, d=d: _not_pow2(c.spec.dims.get(d, 0)), 4, dim=d, kind="pow2"
+                )
+            )
         for i, t in enumerate(values[:-1]):
             t = _nice_threshold(t, values[i + 1])
             preds.append(
@@ -151,6 +158,29 @@ def _atoms(cases: list[Any], bad: list[Any]) -> list[Predicate]:
 
             preds.append(Predicate(f"max |input| >= {t}", big, 3, threshold=t, kind="magnitude"))
     return preds + _value_atoms(cases)
+
+
+def _not_pow2(v: int) -> bool:
+    return v > 0 and v & (v - 1) != 0
+
+
+def _pow2_told_apart(d: str, cases: list[Any], bad: list[Any]) -> bool:
+    """Whether the cases support "d is not a power of two" (a block of next_power_of_2(d) whose padding
+    leaks) apart from every block reading "d % b != 0" that also fits the failing cases: every failing size
+    is off a power of two, a power of two of 4 or more passes, and for each such b a power of two in
+    [2, b) passes (where the block reading says it fails). A passing d = 1 is no evidence: a one-element
+    row hides most bugs. Until then the block reading stands, as it always has."""
+    failing = {id(c) for c in bad}
+    fail = [c.spec.dims.get(d, 0) for c in bad]
+    ok = [c.spec.dims.get(d, 0) for c in cases if id(c) not in failing]
+    if not fail or not all(_not_pow2(v) for v in fail) or not any(v >= 4 and not _not_pow2(v) for v in ok):
+        return False
+    b = 2
+    while b <= max(fail + ok):  # every block reading the atoms hold
+        if all(v % b for v in fail) and not any(2 <= v < b and not _not_pow2(v) for v in ok):
+            return False
+        b *= 2
+    return True
 
 
 def _feature_of(c: Any, key: str) -> float | None:
@@ -275,6 +305,8 @@ def candidates(bad: list[Any], good: list[Any]) -> list[Predicate]:
     for a, b in itertools.combinations(sorted(atoms, key=lambda p: p.rank), 2):
         if a.kind == b.kind and a.dim == b.dim:
             continue  # two claims on one feature: never the simplest reading
+        if "pow2" in (a.kind, b.kind):
+            continue  # a padded power-of-two block is a reading of its own, never a part of one
         pair = _conj(a, b)
         h = _hits(pair, good)
         if h < min(hits[id(a)], hits[id(b)]):
@@ -336,7 +368,9 @@ def _narrow(atom: Predicate, hits: int, bad: list[Any], good: list[Any]) -> tupl
     """
     best: tuple[tuple[int, int, int], Predicate] | None = None
     inside = [c for c in good if _holds(atom, c)]
-    necessary = [p for p in _atoms(bad + good, bad) if _necessary(p, bad)]
+    # the rivals a size exception is told apart from: block and bound readings ("N is not a power of two" is
+    # stated alone, never narrowed)
+    necessary = [p for p in _atoms(bad + good, bad) if _necessary(p, bad) and p.kind != "pow2"]
     for e in necessary:
         if e.kind not in ("above", "below", "modulo") or (e.kind, e.dim) == (atom.kind, atom.dim):
             continue
@@ -364,7 +398,7 @@ def _feature(pred: Predicate) -> str | None:
         return pred.kind
     if pred.kind in VALUE_KINDS:
         return "distribution"
-    if pred.kind in ("equal", "modulo", "above", "below") and pred.dim:
+    if pred.kind in ("equal", "modulo", "pow2", "above", "below") and pred.dim:
         return f"dims.{pred.dim}"
     return None
 
@@ -656,6 +690,10 @@ def _side_change(pred: Predicate, x: CaseResult, op: OpConfig) -> dict[str, Any]
             return {"dims": {pred.dim: max(options)}} if options else None
         options = [v for v in values if v >= t]
         return {"dims": {pred.dim: min(options)}} if options else None
+    if pred.kind == "pow2" and pred.dim in op.dims:
+        v = x.spec.dims.get(pred.dim, 0)
+        options = [p for p in _probe_values(op.dims[pred.dim]) if not _not_pow2(p)]
+        return {"dims": {pred.dim: min(options, key=lambda p: (abs(p - v), p))}} if options else None
     attr = "distribution" if pred.kind in VALUE_KINDS else pred.kind
     choices = {"layout": op.layouts, "dtype": op.dtypes, "distribution": op.distributions}.get(attr)
     if not choices:
@@ -842,6 +880,12 @@ def _hint(cond: Predicate, kinds: set[str]) -> str:
         return "an edge size: likely an empty partition, a division by (n - 1), or a size-1 special case"
     if k == "modulo":
         return f"sizes that are not a multiple of {cond.block} break it: the partial last block"
+    if k == "pow2":
+        return (
+            f"every {cond.dim} but a power of two breaks it: likely a block padded to the next power of two "
+            "(triton.next_power_of_2) whose padding lanes leak into the result (a mask, or the masked load's "
+            "`other=` value, missing or wrong)"
+        )
     if k == "above" and (cond.threshold or 0) <= 1:
         # every size but one: no block boundary is involved, only the element that hides the error
         return (
