@@ -491,9 +491,11 @@ def fit_work(
        is half small-scope: these cost little and keep the plan's own mix of dtype, layout, distribution and
        shape, the combinations bugs show at: a tail leak needs a partial tile *and* values it is not lost in);
     2. every coverage class those miss (:func:`cover_goals`: no class shown only by a degenerate case), by the
-       cover with the most classes per unit of work (:func:`_cover`), from the plan and seeds beyond it that
-       ``accept`` keeps (:data:`COVER_SCAN` per planned case, and further, up to :data:`MAX_SCAN`, for a class
-       whose cheapest member so far is dearer than every kept case: :func:`_dearer_members`), whatever it costs;
+       cover with the most classes per unit of work (:func:`select`), whatever its count (capped at the plan's,
+       as it once was first, it picked the few cases that meet many classes at once: the largest, several
+       times the work of a cover of small ones), from the plan and seeds beyond it that ``accept`` keeps
+       (:data:`COVER_SCAN` per planned case, and further, up to :data:`MAX_SCAN`, for a class whose cheapest
+       member so far is dearer than every kept case: :func:`_dearer_members`), whatever it costs;
     3. the larger planned cases in seed order while the cut's work stays within the share, then seeds beyond
        the plan no larger than the median, up to the planned count.
 
@@ -504,16 +506,20 @@ def fit_work(
     kept = [s for s in specs if s.seed in pinned or work(s) <= median]
     kept_seeds = {s.seed for s in kept}
     rest = [s for s in specs if s.seed not in kept_seeds]
+    start = max(s.seed for s in specs) + 1  # where smaller_seeds' scans begin
     wide = smaller_seeds(op, specs, accept, limit=COVER_SCAN * len(specs), scan=COVER_SCAN, largest=MAX_WORK)
     # the fill's stand-ins are smaller_seeds' default (the first EXTRA_SCAN seeds per case, no larger than the
     # median), all of them inside the wide scan: taken from it rather than derived again
-    near = max(s.seed for s in specs) + 1 + min(EXTRA_SCAN * len(specs), MAX_SCAN)
+    near = start + min(EXTRA_SCAN * len(specs), MAX_SCAN)
     extras = [s for s in wide if s.seed < near and work(s) <= median][: len(specs)]
     goals = cover_goals(op, specs, needs, specs + wide)
     model = work_model(op)
-    past_wide = max(s.seed for s in specs) + 1 + min(COVER_SCAN * len(specs), MAX_SCAN)
-    wide += _dearer_members(op, specs, accept, kept, rest + wide, goals, model, past_wide)
-    cover = _cover(kept, rest, wide, goals, model)
+    met_by = goals_met(goals, [*kept, *rest, *wide])  # once: the search for dearer classes and the cover read it
+    past_wide = start + min(COVER_SCAN * len(specs), MAX_SCAN)
+    dearer = _dearer_members(op, accept, kept, rest + wide, goals, met_by, model, range(past_wide, start + MAX_SCAN))
+    met_by.update(goals_met(goals, dearer))
+    wide += dearer
+    cover = select(kept, rest, wide, goals, model, math.inf, len(kept) + len(goals), met_by).cover
     taken = {s.seed for s in kept + cover}
     full = sum(model.cost(s) for s in specs)
     allowed = share * full
@@ -535,33 +541,35 @@ def fit_work(
 
 def _dearer_members(
     op: OpConfig,
-    specs: list[CaseSpec],
     accept: Callable[[CaseSpec], bool],
     kept: list[CaseSpec],
     pool: list[CaseSpec],
     goals: list[Target],
+    met_by: dict[int, frozenset[int]],
     model: WorkModel,
-    first: int,
+    seeds: range,
 ) -> list[CaseSpec]:
-    """Cheaper members of the classes whose cheapest case in ``pool`` costs more than every kept case: seeds
-    from ``first`` on (to :data:`MAX_SCAN` past the plan's last), each that is the cheapest yet of such a
-    class, until each has a member no dearer than the kept cases.
+    """Cheaper members of the classes whose cheapest case in ``pool`` costs more than every kept case: of
+    ``seeds`` (past the wide scan, to :data:`MAX_SCAN` past the plan's last), each that is the cheapest yet of
+    such a class, until each has a member no dearer than the kept cases. ``met_by``: :func:`goals_met` of
+    ``kept`` and ``pool``.
 
     A rare class (a structured distribution at a boundary shape, a dim past the largest tile in one dtype)
     may have one member among the seeds the wide scan saw, as likely the plan's largest size as its smallest:
     for a kernel quadratic in a dim, that one case can cost more than all the rest of the cut (benchmark 11's
     attention: 6 s of a 12 s op). The default shape is one size: nothing cheaper to look for."""
     bound = max((model.cost(s) for s in kept), default=0.0)
+    shown = frozenset().union(*(met_by[s.seed] for s in kept))
     best: dict[int, float] = {}
     for j, t in enumerate(goals):
-        if (t.axis, t.value) == ("shape", "default") or any(t.met(s) for s in kept):
+        if (t.axis, t.value) == ("shape", "default") or j in shown:
             continue
-        costs = [model.cost(s) for s in pool if t.met(s)]
+        costs = [model.cost(s) for s in pool if j in met_by[s.seed]]
         if costs and min(costs) > bound:
             best[j] = min(costs)
     found: list[CaseSpec] = []
     taken = {s.seed for s in pool} | set(op.seeds)
-    for seed in range(first, max(s.seed for s in specs) + 1 + MAX_SCAN):
+    for seed in seeds:
         if not best:
             break
         if seed in taken:
@@ -576,21 +584,6 @@ def _dearer_members(
             best.update((j, cost) for j in better)
             best = {j: c for j, c in best.items() if c > bound}
     return found
-
-
-def _cover(
-    kept: list[CaseSpec],
-    rest: list[CaseSpec],
-    wide: list[CaseSpec],
-    goals: list[Target],
-    model: WorkModel,
-) -> list[CaseSpec]:
-    """Cases that cover every class in ``goals`` the kept ones do not: greedily the most classes per unit of
-    work, whatever their count. (Capping the count at the plan's, as this once did first, picked the few
-    cases that cover many classes at once: the largest, several times the work of a cover of small ones.)"""
-    return select(
-        kept, rest, wide, goals, model, math.inf, len(kept) + len(goals), goals_met(goals, [*kept, *rest, *wide])
-    ).cover
 
 
 def coverage(planned: list[CaseSpec], ran: list[CaseSpec], goals: list[Target]) -> dict[str, Any]:

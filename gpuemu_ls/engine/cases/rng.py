@@ -41,13 +41,6 @@ def stream_key(*parts: object) -> int:
     return int.from_bytes(hashlib.sha256(text.encode("utf-8")).digest()[:16], "little")
 
 
-def philox_words(key: int, n: int, bitgen: np.random.Philox | None = None) -> np.ndarray:
-    """n raw 64-bit words of Philox4x64-10 with a 128-bit key, counter from 0 (or continuing ``bitgen``)."""
-    if bitgen is None:
-        bitgen = np.random.Philox(key=np.array([key & (2**64 - 1), key >> 64], dtype=np.uint64))
-    return bitgen.random_raw(n).astype(np.uint64, copy=False)
-
-
 def splitmix64(key: int, start: int, n: int) -> np.ndarray:
     """Words ``start .. start+n-1`` of the SplitMix64 sequence seeded with ``key`` (uint64 array)."""
     with np.errstate(over="ignore"):
@@ -320,4 +313,4 @@ def log2_floor(n: int) -> int:
     return n.bit_length() - 1 if n > 0 else 0
 
 
-__all__ = ["Stream", "det_log", "inv_normal_cdf", "log2_floor", "philox_words", "splitmix64", "stream_key"]
+__all__ = ["Stream", "det_log", "inv_normal_cdf", "log2_floor", "splitmix64", "stream_key"]
