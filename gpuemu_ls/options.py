@@ -11,6 +11,7 @@ code. ``iterations`` is bounded by the engine's ``MAX_ITERATIONS``, as in gpuemu
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -40,32 +41,96 @@ class ServerOptions:
     run_on_open: str = "quick"  # quick: a workspace without stored results is validated once when it opens
     log_level: str = "info"  # the least severe window/logMessage sent: error | warning | info | log
 
-    def merged(self, raw: dict[str, Any] | None, *, initial: bool = False) -> tuple[ServerOptions, list[str]]:
-        """These options updated from a client's dict (camelCase or snake_case keys), with problems found.
+    def merged(self, raw: Any, *, initial: bool = False) -> tuple[ServerOptions, list[str]]:
+        """These options updated from a client's options object, with the problems found.
 
-        Only the ``initial`` options (``initializationOptions``) may grant trust; later ones may only lower it.
+        ``raw`` is what the client sent: keys at its top level and/or under ``"gpuemu"`` (both layers are
+        read; the nested one wins for every option but trust). Trust fails closed: a ``trusted`` that is
+        present but not a JSON boolean, a case or nesting variant of the key anywhere in the object, a
+        ``"gpuemu"`` that is not an object, or options that are not an object at all all mean untrusted,
+        with a message naming the bad key. Only the ``initial`` options (``initializationOptions``) may grant
+        trust; later ones may only lower it.
         """
-        if not raw:
+        if raw is None:
             return self, []
+        problems: list[str] = []
         if not isinstance(raw, dict):
-            return self, [f"gpuemu options must be an object, got {type(raw).__name__}; using defaults"]
+            return self._distrust(
+                problems, f"gpuemu options must be an object, got {type(raw).__name__}; using defaults"
+            )
+        layers: list[dict[str, Any]] = [{k: v for k, v in raw.items() if k != "gpuemu"}]
+        distrust: list[str] = []
+        if "gpuemu" in raw:
+            if isinstance(raw["gpuemu"], dict):
+                layers.append(raw["gpuemu"])
+            else:
+                distrust.append(f"gpuemu option 'gpuemu' must be an object, got {raw['gpuemu']!r}")
+        distrust += [f"gpuemu option key {where}: trust is read only from 'trusted'" for where in _stray_trust(raw)]
         known = {f.name: f for f in fields(self)}
         aliases = {_camel(n): n for n in known}
-        problems: list[str] = []
         changes: dict[str, Any] = {}
-        for key, value in raw.items():
-            name = aliases.get(key, key)
-            if name not in known:
-                problems.append(f"unknown gpuemu option {key!r} (known: {', '.join(sorted(aliases))})")
-                continue
-            error = _check(name, value)
-            if not error and name == "trusted" and value and not self.trusted and not initial:
-                error = "trust can only be lowered after the server started (the editor grants it at start)"
-            if error:
-                problems.append(f"gpuemu option {key!r}: {error}; keeping {getattr(self, name)!r}")
-                continue
-            changes[name] = value
+        grants: list[bool] = []
+        for layer in layers:
+            for key, value in layer.items():
+                name = aliases.get(key, key)
+                if name == "trusted":
+                    if isinstance(value, bool):
+                        grants.append(value)
+                    else:
+                        distrust.append(f"gpuemu option {key!r}: expected true or false, got {value!r}")
+                    continue
+                if name not in known:
+                    if _trust_key(key):
+                        continue  # reported by _stray_trust
+                    problems.append(f"unknown gpuemu option {key!r} (known: {', '.join(sorted(aliases))})")
+                    continue
+                error = _check(name, value)
+                if error:
+                    problems.append(f"gpuemu option {key!r}: {error}; keeping {getattr(self, name)!r}")
+                    continue
+                changes[name] = value
+        if distrust:
+            changes["trusted"] = False
+            problems += [f"{p}; the workspace is treated as untrusted (no workspace code runs)" for p in distrust]
+        elif grants:
+            wanted = all(grants)
+            if wanted and not self.trusted and not initial:
+                problems.append(
+                    "gpuemu option 'trusted': trust can only be lowered after the server started "
+                    "(the editor grants it at start); keeping False"
+                )
+            else:
+                changes["trusted"] = wanted if initial else (self.trusted and wanted)
         return replace(self, **changes), problems
+
+    def _distrust(self, problems: list[str], why: str) -> tuple[ServerOptions, list[str]]:
+        problems.append(f"{why}; the workspace is treated as untrusted (no workspace code runs)")
+        return replace(self, trusted=False), problems
+
+
+def _trust_key(key: object) -> bool:
+    """``Trusted``, ``TRUSTED``, ``is-trusted``, ``trusted_``: any spelling that a reader takes for trust."""
+    return isinstance(key, str) and "trusted" in re.sub(r"[^a-z]", "", key.lower())
+
+
+def _stray_trust(raw: Any, path: str = "", depth: int = 0) -> list[str]:
+    """Where ``raw`` holds a trust-like key other than ``trusted`` at the top level or under ``gpuemu``.
+
+    The walk is bounded (depth and breadth), and a structure too deep to finish counts as a stray key:
+    what cannot be read is not trusted."""
+    found: list[str] = []
+    if depth > 16:
+        return [f"{path or '(options)'} (nested too deeply to read)"]
+    items = raw.items() if isinstance(raw, dict) else enumerate(raw) if isinstance(raw, list) else ()
+    for i, (key, value) in enumerate(items):
+        if i > 10_000:
+            return [*found, f"{path or '(options)'} (too many entries to read)"]
+        here = f"{path}.{key}" if path else str(key)
+        canonical = key == "trusted" and path in ("", "gpuemu")
+        if _trust_key(key) and not canonical:
+            found.append(repr(here))
+        found += _stray_trust(value, here, depth + 1)
+    return found
 
 
 def _camel(name: str) -> str:

@@ -409,9 +409,8 @@ def create_server() -> GpuemuServer:
 
     @server.feature(lsp.INITIALIZE)
     def initialize(ls: GpuemuServer, params: lsp.InitializeParams) -> None:
-        raw = params.initialization_options
-        raw = raw.get("gpuemu", raw) if isinstance(raw, dict) else raw
-        ls.options, ls.option_problems = ServerOptions().merged(raw, initial=True)
+        # both layers (top level and "gpuemu") are read, and trust fails closed: see ServerOptions.merged
+        ls.options, ls.option_problems = ServerOptions().merged(params.initialization_options, initial=True)
         ls.jobs = JobRunner(ls._job_event_from_thread, ls.options.jobs)
         ls.loop = asyncio.get_running_loop()
         ls.protocol.trace = params.trace or lsp.TraceValue.Off  # then `$/setTrace` (pygls keeps it)
@@ -435,7 +434,7 @@ def create_server() -> GpuemuServer:
                 cfg = await ls.workspace_configuration_async(
                     lsp.ConfigurationParams(items=[lsp.ConfigurationItem(section="gpuemu")])
                 )
-                if cfg and isinstance(cfg[0], dict):
+                if cfg:  # not an object (but not null): trust is lowered, see ServerOptions.merged
                     ls.options, problems = ls.options.merged(cfg[0])
                     ls.option_problems += problems
             except Exception as exc:
@@ -528,7 +527,7 @@ def create_server() -> GpuemuServer:
                 raw = got[0] if got else None
             except Exception:
                 raw = None
-        if isinstance(raw, dict):
+        if raw is not None:  # not an object: trust is lowered, see ServerOptions.merged
             ls.options, problems = ls.options.merged(raw)
             for p in problems:
                 ls.message(p, lsp.MessageType.Warning)

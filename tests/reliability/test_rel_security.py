@@ -267,6 +267,96 @@ async def test_trust_is_only_ever_lowered_after_initialize(tmp_path: Path) -> No
     relkit.clean_exit(code)
 
 
+#: initializationOptions that must leave a workspace untrusted, each with the key its message names (None: no
+#: message, the options are well formed and say false). Every one of them ran workspace code before trust failed
+#: closed: a nested object replaced the top-level keys, and a malformed value fell back to the default.
+MALFORMED_TRUST: list[tuple[Any, str | None]] = [
+    ({"trusted": False, "gpuemu": {"mode": "quick"}}, None),
+    ({"gpuemu": {"mode": "quick"}, "trusted": False, "runOnOpen": "quick"}, None),
+    ({"trusted": "false"}, "'trusted'"),
+    ({"trusted": 0}, "'trusted'"),
+    ({"trusted": None}, "'trusted'"),
+    ({"trusted": [False]}, "'trusted'"),
+    ({"gpuemu": None}, "'gpuemu'"),
+    ({"gpuemu": {"trusted": "no"}}, "'trusted'"),
+    ({"Trusted": False}, "'Trusted'"),
+    ({"gpuemu": {"TRUSTED": True}}, "gpuemu.TRUSTED"),
+    ({"gpuemu": {"gpuemu": {"trusted": True}}}, "gpuemu.gpuemu.trusted"),
+    ({"is_trusted": False}, "is_trusted"),
+    ({"trusted": True, "gpuemu": {"trusted": False}}, None),
+    ([{"trusted": False}], "must be an object"),
+]
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("init, named", MALFORMED_TRUST, ids=[repr(i) for i, _ in MALFORMED_TRUST])
+async def test_malformed_trust_fails_closed(tmp_path: Path, init: Any, named: str | None) -> None:
+    """A ``trusted`` that is present but not a JSON boolean, a case or nesting variant of the key, a
+    ``gpuemu`` that is not an object, or options that are not an object: untrusted, with a message naming the
+    bad key, on a workspace that a trusted server would run at once (runOnOpen, no stored result)."""
+    root = loud_ws(tmp_path / "ws")
+    run_now = {"runOnOpen": "quick", "onOpen": True}
+    if isinstance(init, dict):
+        init = {**relkit.QUIET, **run_now, **init}
+    client = await relkit.start_server(root, init)
+    relkit.record("server", started=1)
+    try:
+        await _still_untrusted(client, root, f"initializationOptions {init!r}")
+        await __import__("asyncio").sleep(1.0)  # the first run (runOnOpen) has had its chance
+        assert marks(root) == [] and not db_path(root).exists(), f"workspace code ran with {init!r}"
+        if named is not None:
+            texts = [m.message for m in client.messages]
+            assert any(named in t and "untrusted" in t for t in texts), texts
+        relkit.record("security", cases=1)
+        code = await relkit.stop_server(client)
+    finally:
+        await relkit.force_close(client)
+    relkit.clean_exit(code)
+
+
+@pytest.mark.asyncio
+async def test_well_formed_trust_in_either_layer_runs(tmp_path: Path) -> None:
+    """The control for the test above: ``trusted: true`` under ``gpuemu`` (with other nested options) is
+    honoured, so the untrusted verdicts there are the options' doing, not the workspace's."""
+    root = loud_ws(tmp_path / "ws")
+    client = await relkit.start_server(root, {**relkit.QUIET, "gpuemu": {"trusted": True, "mode": "quick"}})
+    try:
+        got = await relkit.request(client, "gpuemu/runOps", {"ids": ["op:scripted"]})
+        assert [r["status"] for r in got["results"]] == ["passed"], got
+        assert marks(root) == ["MARK-imported", "MARK-ref-ran"]
+        code = await relkit.stop_server(client)
+    finally:
+        await relkit.force_close(client)
+    relkit.clean_exit(code)
+
+
+@pytest.mark.asyncio
+async def test_malformed_trust_in_later_settings_lowers_it(tmp_path: Path) -> None:
+    """After initialize, a malformed ``trusted`` (in a workspace/configuration answer or a
+    didChangeConfiguration) lowers trust rather than being ignored: what cannot be read is not trusted."""
+    root = loud_ws(tmp_path / "ws")
+    client = await _start_with_settings(root, {**relkit.QUIET, "trusted": True}, {"trusted": "false"})
+    try:
+        await relkit.wait_for(
+            lambda: any("'trusted'" in m.message for m in client.messages), 30, "a message naming 'trusted'", client
+        )
+        await _still_untrusted(client, root, "a configuration answer with trusted = 'false'", zygote=True)
+        code = await relkit.stop_server(client)
+    finally:
+        await relkit.force_close(client)
+    relkit.clean_exit(code)
+    for settings in ({"gpuemu": {"Trusted": False}}, {"gpuemu": {"trusted": None}}, {"gpuemu": []}):
+        client = await _start_with_settings(root, {**relkit.QUIET, "trusted": True}, {})
+        try:
+            client.workspace_did_change_configuration(lsp.DidChangeConfigurationParams(settings))
+            await _still_untrusted(client, root, f"didChangeConfiguration {settings!r}", zygote=True)
+            code = await relkit.stop_server(client)
+        finally:
+            await relkit.force_close(client)
+        relkit.clean_exit(code)
+        relkit.record("security", cases=1)
+
+
 #: Text an op, a reference or any process writing the store controls, as markdown that would act if rendered:
 #: command links (one with a gpuemu-looking name), remote images, raw HTML, autolinks, reference links, table
 #: and heading breakers, backticks that close the server's code spans, and newlines.
