@@ -57,7 +57,14 @@ def load_workspace(args: argparse.Namespace) -> Config:
     cfg = load_config(workspace_root(args))
     for w in cfg.warnings:
         print(str(w).replace(": error:", ": warning:"), file=sys.stderr)
-    return cfg
+    return cfg.strictly() if getattr(args, "strict", False) else cfg
+
+
+#: ``--strict``'s help, the same for gpuemu test, fuzz, ci and gpuemu-ls --check.
+STRICT_HELP = (
+    "edge findings fail too (failures only where a product of two inputs overflows the accumulation "
+    "precision, or where NaN/inf inputs propagate differently); default: each op's strict"
+)
 
 
 def op_names(cfg: Config, names: list[str] | None) -> list[str]:

@@ -21,6 +21,7 @@ from .args import (
     EXIT_FAIL,
     EXIT_OK,
     SHOW_FAILURES,
+    STRICT_HELP,
     Parser,
     argv_text,
     emit,
@@ -101,6 +102,7 @@ def _run_flags(p: argparse.ArgumentParser, *, fuzz: bool = False) -> None:
         iterations_help="cases per op",
     )
     p.add_argument("--fail-fast", action="store_true", help="stop an op at its first failing case")
+    p.add_argument("--strict", action="store_true", help=STRICT_HELP)
     p.add_argument("--format", choices=FORMATS, default="text")
     p.add_argument("--output", metavar="FILE", help="write the report there instead of stdout")
     p.add_argument("--no-progress", action="store_true", help="no progress line on a terminal")

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from .args import (
     SHOW_FAILURES,
+    STRICT_HELP,
     Parser,
     argv_text,
     emit,
@@ -58,6 +59,7 @@ def gate_flags(p: argparse.ArgumentParser) -> None:
         "or GitLab's CI_NODE_INDEX/CI_NODE_TOTAL (docs/ci.md)",
     )
     p.add_argument("--op", action="append", metavar="NAME", help="only this op (repeatable)")
+    p.add_argument("--strict", action="store_true", help=STRICT_HELP)
     p.add_argument("--no-kernels", action="store_true", help="skip the [[kernels]] lint")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--show", type=int, default=SHOW_FAILURES, metavar="N", help="failure lines shown per op")

@@ -346,7 +346,7 @@ class _Checker:
         self.keys(path, tbl, _VALIDATION_KEYS)
         if "dtypes" in tbl:
             self.str_list((*path, "dtypes"), tbl["dtypes"], dt.FLOAT_NAMES, "dtype")
-        for k in ("check_nan", "check_inf"):
+        for k in ("check_nan", "check_inf", "strict"):
             if k in tbl:
                 self.typed((*path, k), tbl[k], "bool")
         if "seed" in tbl:
@@ -562,8 +562,9 @@ class _Checker:
                 self.seed((*path, "seeds", j), s)
         if "kwargs" in op:
             self.table((*path, "kwargs"), op["kwargs"])
-        if "nan_contract" in op:
-            self.typed((*path, "nan_contract"), op["nan_contract"], "bool")
+        for k in ("nan_contract", "strict"):
+            if k in op:
+                self.typed((*path, k), op[k], "bool")
         if "budget" in op:
             self.budget((*path, "budget"), op["budget"])
         if "cost" in op:
@@ -793,6 +794,7 @@ class _Checker:
             dtypes=tuple(v.get("dtypes", ("float32",))),
             check_nan=v.get("check_nan", True),
             check_inf=v.get("check_inf", True),
+            strict=bool(v.get("strict", False)),
             seed=v.get("seed", 0),
             tolerances=_tols(v.get("tolerances", {})),
             iterations=v.get("iterations", 50),
@@ -961,6 +963,7 @@ class _Checker:
             cost=cost,
             cost_reason=cost_reason,
             nan_contract=bool(op.get("nan_contract", False)),
+            strict=bool(op.get("strict", validation.strict)),
             call=op.get("call", "positional"),
             reference_call=op.get("reference_call", op.get("call", "positional")),
             **{k: v if k in op else getattr(validation, k) for k, v in _domain(op).items()},

@@ -55,6 +55,7 @@ TABLES: dict[tuple[str, ...], dict[str, str]] = {
         "dtypes": 'Dtypes to fuzz (default: ["float32"]).',
         "check_nan": "NaN where the reference is finite fails.",
         "check_inf": "inf where the reference is finite fails.",
+        "strict": "Edge findings fail (default false): failures that show only where a product of two inputs overflows the accumulation precision, or where NaN/inf inputs propagate differently from the reference. By default they are shown and do not fail; an op's own strict wins.",
         "seed": "First case seed (default 0).",
         "tolerances": "Tolerances per output float dtype, e.g. float32 = { atol = 1e-5, rtol = 1e-5 }.",
         "iterations": "Cases per op for a thorough run (default 50).",
@@ -101,6 +102,7 @@ TABLES: dict[tuple[str, ...], dict[str, str]] = {
         "budget": 'Time for this op\'s cases, e.g. "30s", or "off" (never cut, not even by the default work budget): caps the op\'s share of the run\'s budget.',
         "cost": '"auto" (default): "high" when the op imports triton (its kernels run in Triton\'s CPU interpreter), else "normal". "high": half the op\'s cases get small-scope shapes (1, 2, 3, tile-1, tile, tile+1, 2*tile+1 on one tiled dim, the other dims at 1..3), and without a time budget its cases are cut to a quarter of the plan\'s work (half in --quick), every coverage class kept: the same cases on every machine.',
         "description": "Free text.",
+        "strict": "Edge findings of this op fail (default: [validation] strict, else false): failures that show only where a product of two inputs overflows the accumulation precision, or where NaN/inf inputs propagate differently from the reference. By default they are shown and do not fail.",
         "nan_contract": "A NaN the reference returns from NaN-free inputs is the op's contract there (the op must return NaN too). By default such a reference NaN is reported as suspect and the op's answer there is not judged.",
         "scale": "Multiplies generated float values (first step of the value domain).",
         "offset": "Added to generated float values, after scale.",
@@ -275,7 +277,9 @@ ENUM_VALUES: dict[str, tuple[tuple[str, ...], str | None]] = {
     "reference_call": (CALL_STYLES, "call"),
     "cost": (COSTS, None),
 }
-BOOL_KEYS = frozenset({"check_nan", "check_inf", "nan_contract", "allow_external_paths", "fail_on_regression"})
+BOOL_KEYS = frozenset(
+    {"check_nan", "check_inf", "strict", "nan_contract", "allow_external_paths", "fail_on_regression"}
+)
 
 
 def schema_path(keys: tuple[str, ...] | list[str]) -> tuple[str, ...] | None:

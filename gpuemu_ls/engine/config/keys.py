@@ -163,6 +163,7 @@ _VALIDATION_KEYS = {
     "offset",
     "sign",
     "range",
+    "strict",
 }
 _OP_KEYS = {
     "name",
@@ -188,6 +189,7 @@ _OP_KEYS = {
     "cost",
     "description",
     "nan_contract",
+    "strict",
     "call",
     "reference_call",
     "scale",

@@ -4,6 +4,7 @@ an op's tolerance resolves across its levels (op > project > built-in).
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -125,6 +126,7 @@ class OpConfig:
     cost: str = "normal"  # "high": small-scope shapes (cases/plan.py) and a work budget (cases/budget.py)
     cost_reason: str = ""  # why the cost is high: "declared", or what ``cost = "auto"`` found
     nan_contract: bool = False  # a NaN the reference returns from NaN-free inputs is the op's contract there
+    strict: bool = False  # edge findings fail (oracle/tier.py); the op's ``strict``, else [validation]'s
     call: str = "positional"  # how the op's function receives its inputs (CALL_STYLES)
     reference_call: str = "positional"  # the same for an in-process reference (default: the op's ``call``)
     # value domain of float inputs (the op's, else [validation]'s; an input's own fields win); None: unset
@@ -175,6 +177,7 @@ class ValidationConfig:
     dtypes: tuple[str, ...] = ("float32",)
     check_nan: bool = True
     check_inf: bool = True
+    strict: bool = False  # edge findings fail, for ops that do not say
     seed: int = 0
     tolerances: dict[str, Tolerance] = field(default_factory=dict)
     iterations: int = 50
@@ -243,6 +246,14 @@ class Config:
         close = difflib.get_close_matches(name, [o.name for o in self.ops], n=1)
         hint = f"did you mean {close[0]!r}?" if close else f"ops: {', '.join(o.name for o in self.ops)}"
         raise KeyError(f"no op named {name!r} in {self.path} ({hint})")
+
+    def strictly(self) -> Config:
+        """This configuration with every op strict (``--strict``): edge findings fail."""
+        return dataclasses.replace(
+            self,
+            validation=dataclasses.replace(self.validation, strict=True),
+            ops=tuple(dataclasses.replace(o, strict=True) for o in self.ops),
+        )
 
     def kernel(self, name: str) -> KernelConfig:
         for k in self.kernels:

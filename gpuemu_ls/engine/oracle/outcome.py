@@ -21,6 +21,13 @@ PHASES = ("generate", "op", "reference", "compare")
 SLOWEST_CASES = 5
 #: Failure kinds where the op's value is not a number (or the reference's is not).
 NONFINITE_KINDS = ("unexpected_nan", "unexpected_inf", "missing_nan")
+#: The verdict vocabulary every face shares, for an op (a case is passed, failed, edge or error):
+#: passed; failed (a bug); edge (only edge findings, see ``oracle.tier``: shown, not failing unless strict);
+#: not_judged (it ran, but no element of any case could be judged: every one out of range or suspect);
+#: error (the op or its reference could not answer); not_run (nothing ran); cancelled.
+OP_VERDICTS = ("passed", "failed", "edge", "not_judged", "error", "not_run", "cancelled")
+#: Op verdicts that pass a gate: nothing wrong was found in what was judged.
+PASSING_VERDICTS = ("passed", "edge")
 
 
 @dataclass
@@ -30,7 +37,7 @@ class CaseResult:
     op: str
     seed: int
     spec: CaseSpec
-    status: str  # passed | failed | error
+    status: str  # passed | failed | edge | error
     kind: str | None = None
     message: str = ""
     comparisons: list[Comparison] = field(default_factory=list)
@@ -43,10 +50,21 @@ class CaseResult:
     from_snapshot: bool = False
     features: dict[str, Any] = field(default_factory=dict)
     tolerance: tuple[float, float] | None = None
+    tier: str | None = None  # a wrong answer's tier: "bug" or "edge" (an edge finding; status failed if strict)
+    edge: dict[str, Any] | None = None  # an edge finding's reasons, threshold and text (oracle.tier.edge_record)
 
     @property
     def passed(self) -> bool:
         return self.status == "passed"
+
+    @property
+    def bug(self) -> bool:
+        """A wrong answer inside the op's operating range (what a diagnosis explains)."""
+        return self.status == "failed" and self.tier != "edge"
+
+    def judged(self) -> int:
+        """Output elements this case judged: every element but those out of range or suspect."""
+        return sum(max(0, c.total - c.out_of_range - c.suspect_nan) for c in self.comparisons)
 
     def worst(self) -> Comparison | None:
         bad = [c for c in self.comparisons if not c.passed] or self.comparisons
@@ -84,6 +102,8 @@ class CaseResult:
             "from_snapshot": self.from_snapshot,
             "features": self.features,
             "tolerance": list(self.tolerance) if self.tolerance else None,
+            "tier": self.tier,
+            "edge": self.edge,
             **{k: v for k, v in self.stats().items()},
         }
 
@@ -109,24 +129,48 @@ class OpOutcome:
 
     @property
     def failures(self) -> list[CaseResult]:
+        """Every case that did not pass: bugs, edge findings and errors."""
         return [c for c in self.cases if c.status != "passed"]
+
+    @property
+    def bugs(self) -> list[CaseResult]:
+        """Wrong answers inside the operating range: what the diagnosis explains."""
+        return [c for c in self.cases if c.bug]
+
+    @property
+    def edges(self) -> list[CaseResult]:
+        """Edge findings, failing (strict) or not."""
+        return [c for c in self.cases if c.tier == "edge"]
 
     def stats(self) -> dict[str, Any]:
         """Largest errors over the cases, and the counts every face shows besides passes and failures."""
         out: dict[str, Any] = dict.fromkeys(("max_abs", "max_rel", "max_ulp", "max_ratio"))
         counts = dict.fromkeys(
-            ("out_of_range", "out_of_range_cases", "suspect_nan", "suspect_cases", "nonfinite_cases"), 0
+            (
+                "out_of_range",
+                "out_of_range_cases",
+                "suspect_nan",
+                "suspect_cases",
+                "nonfinite_cases",
+                "edge_cases",
+                "judged",
+            ),
+            0,
         )
         for c in self.cases:
             st = c.stats()
             for key, value in st.items():
+                if c.tier == "edge":
+                    break  # an edge finding's error is shown with it, not as the op's error
                 if key in out and value is not None and (out[key] is None or value > out[key]):
                     out[key] = value
             counts["out_of_range"] += st["out_of_range"] or 0
             counts["out_of_range_cases"] += bool(st["out_of_range"])
             counts["suspect_nan"] += st["suspect_nan"] or 0
             counts["suspect_cases"] += bool(st["suspect_nan"])
-            counts["nonfinite_cases"] += c.status == "failed" and c.kind in NONFINITE_KINDS
+            counts["nonfinite_cases"] += c.bug and c.kind in NONFINITE_KINDS
+            counts["edge_cases"] += c.tier == "edge"
+            counts["judged"] += c.judged()
         return {**out, **counts}
 
     def timing(self, slowest: int = SLOWEST_CASES) -> dict[str, Any]:
@@ -150,10 +194,15 @@ class OpOutcome:
         n = len(self.cases)
         st = self.stats()
         parts = [f"{self.count('passed')}/{n} passed"]
-        failed = self.count("failed")
+        failed = len(self.bugs)
         if failed:
             nonfinite = st["nonfinite_cases"]
             parts.append(f"{failed} failed" + (f" ({nonfinite} on NaN/inf)" if nonfinite else ""))
+        edges = st["edge_cases"]
+        if edges:
+            strict = any(c.status == "failed" for c in self.edges)
+            noun = "edge finding" if edges == 1 else "edge findings"
+            parts.append(f"{edges} {noun}" + (" (strict: failing)" if strict else ""))
         if self.count("error"):
             parts.append(f"{self.count('error')} errors")
         if self.stopped:
@@ -165,16 +214,39 @@ class OpOutcome:
         if st["suspect_nan"]:
             where = _cases(st["suspect_cases"])
             text += f"; the reference returns NaN from NaN-free inputs in {where}: check the reference"
+        if self.status == "not_judged":
+            text += f"; {not_judged_reason(self.cases)}"
         return text
 
 
 def op_status(cases: list[CaseResult]) -> str:
-    """An op's verdict from its cases: any wrong answer fails it, else any error; nothing run is not_run."""
+    """An op's verdict from its cases (:data:`OP_VERDICTS`): any wrong answer fails it, else any error; nothing
+    run is not_run; cases that ran but judged no element are not_judged (never a pass); only edge findings
+    besides passes is edge."""
     if any(c.status == "failed" for c in cases):
         return "failed"
     if any(c.status == "error" for c in cases):
         return "error"
-    return "passed" if cases else "not_run"
+    if not cases:
+        return "not_run"
+    if not any(c.judged() for c in cases):
+        return "not_judged"
+    return "edge" if any(c.status == "edge" for c in cases) else "passed"
+
+
+def not_judged_reason(cases: list[CaseResult]) -> str:
+    """Why an op's cases judged nothing, in words (the op's line, JSON's ``reason``)."""
+    out_of_range = sum(sum(x.out_of_range for x in c.comparisons) for c in cases)
+    suspect = sum(sum(x.suspect_nan for x in c.comparisons) for c in cases)
+    if suspect and not out_of_range:
+        why = "the reference returns NaN in every element"
+    elif out_of_range and not suspect:
+        why = "every element is out of range"
+    elif cases and all(not c.comparisons or all(x.total == 0 for x in c.comparisons) for c in cases):
+        why = "every output is empty"
+    else:
+        why = "every element is out of range or the reference's NaN"
+    return f"not judged: {why}, so nothing was checked"
 
 
 def slow_case(c: CaseResult) -> dict[str, Any]:

@@ -133,7 +133,7 @@ def failure_line(
     detail: str,
     replay: str,
 ) -> str:
-    tag = "FAIL" if status == "failed" else "ERROR"
+    tag = {"failed": "FAIL", "edge": "EDGE"}.get(status, "ERROR")
     what = KIND_TEXT.get(kind or "", kind or status)
     return (
         f"{tag} {op} [{kind}: {what}] seed={seed} dtype={dtype} {shapes} layout={layout} "

@@ -1,4 +1,8 @@
-"""The results document (JSON, ``"schema": 1``): what a run found, in one versioned structure.
+"""The results document (JSON, ``"schema": 2``): what a run found, in one versioned structure.
+
+Schema 2 (issue 25): the op verdicts are :data:`oracle.outcome.OP_VERDICTS` (``edge`` and ``not_judged``
+added), a failure entry says its ``tier`` (``bug`` or ``edge``) and an edge finding's ``edge`` record, and an
+op entry counts ``edge`` findings and carries its tolerance rule.
 
 Every output format (text, JUnit, SARIF) renders this document and nothing else, so a merged set
 of CI shards renders exactly like one unsharded run, and ``gpuemu report`` renders stored results
@@ -16,13 +20,14 @@ from ..._version import __version__
 from ..config.keys import format_duration
 from ..config.locations import op_entry, op_source, reference_source
 from ..config.model import Config
-from ..oracle.outcome import CaseResult, OpOutcome
+from ..oracle.outcome import PASSING_VERDICTS, CaseResult, OpOutcome, not_judged_reason
 from ..run.validate import RunResult
 from .lines import budget_head, replay_command
 
-SCHEMA = 1
+SCHEMA = 2
 MAX_FAILURES_PER_OP = 100
-STATUS_ORDER = ("failed", "error", "not_run", "cancelled", "passed")
+#: Worst first: a run's status is the first of these any entry has.
+STATUS_ORDER = ("failed", "error", "not_judged", "not_run", "cancelled", "edge", "passed")
 
 
 def failure_entry(r: CaseResult, root: Path) -> dict[str, Any]:
@@ -37,6 +42,8 @@ def failure_entry(r: CaseResult, root: Path) -> dict[str, Any]:
         "seed": r.seed,
         "status": r.status,
         "kind": r.kind,
+        "tier": r.tier,
+        "edge": r.edge,
         "dtype": r.spec.dtype,
         "shapes": {k: list(v) for k, v in r.spec.shapes.items()},
         "dims": dict(r.spec.dims),
@@ -56,6 +63,7 @@ def failure_entry(r: CaseResult, root: Path) -> dict[str, Any]:
         "out_of_range": st["out_of_range"],
         "suspect_nan": st["suspect_nan"],
         "examples": _examples(r),
+        "worst": _worst(r),
         "first_index": _first_bad(r),
         "message": (r.message or "").strip().splitlines()[0][:500] if (r.message or "").strip() else "",
         "file": file,
@@ -92,6 +100,14 @@ def _examples(r: CaseResult) -> dict[str, Any]:
     return out
 
 
+def _worst(r: CaseResult) -> dict[str, Any] | None:
+    """The worst element of the worst failing output: index, op value, reference value (NaN/inf as they are)."""
+    w = r.worst()
+    if w is None or w.passed or w.worst_index is None:
+        return None
+    return {"output": w.output, "index": list(w.worst_index), "op": w.worst_op, "ref": w.worst_ref}
+
+
 def _first_bad(r: CaseResult) -> list[int] | None:
     for c in r.comparisons:
         if not c.passed and c.first_index is not None:
@@ -115,7 +131,7 @@ def op_entry_dict(config: Config, o: OpOutcome) -> dict[str, Any]:
     op = config.op(o.op)
     root = config.root
     src, ref = op_source(config, op), reference_source(config, op)
-    failures = o.failures
+    failures = sorted(o.failures, key=lambda c: c.status == "edge")  # bugs and errors first: they fail the op
     return {
         "name": o.op,
         "kind": "op",
@@ -125,7 +141,10 @@ def op_entry_dict(config: Config, o: OpOutcome) -> dict[str, Any]:
         "cases": len(o.cases),
         "passed": o.count("passed"),
         "failed": o.count("failed"),
+        "edge": len(o.edges),
         "errors": o.count("error"),
+        "reason": not_judged_reason(o.cases) if o.status == "not_judged" else None,
+        "strict": op.strict,
         "planned": o.planned,
         "elapsed": round(o.elapsed, 4),
         "stopped": o.stopped,
@@ -216,11 +235,12 @@ def overall_status(entries: list[dict[str, Any]]) -> str:
 
 
 def exit_code(doc: dict[str, Any], *, fail_on_regression: bool) -> int:
-    """0 when every entry ran and passed (and no regression counts), else 1."""
+    """0 when every entry ran and passed (an op with edge findings only passes; not judged does not), and no
+    regression counts; else 1."""
     entries = doc["ops"] + doc["kernels"]
     if not entries:
         return 1
-    if any(e["status"] != "passed" for e in entries):
+    if any(e["status"] not in (PASSING_VERDICTS if e["kind"] == "op" else ("passed",)) for e in entries):
         return 1
     if fail_on_regression and doc["regressions"]:
         return 1
@@ -394,6 +414,8 @@ def _row_failure(row: dict[str, Any], root: Path) -> dict[str, Any]:
         "seed": row["seed"],
         "status": row["status"],
         "kind": row["kind"],
+        "tier": detail.get("tier"),
+        "edge": detail.get("edge"),
         "dtype": row["dtype"],
         "shapes": json.loads(row["shapes"] or "{}"),
         "dims": json.loads(row["dims"] or "{}"),
@@ -452,7 +474,10 @@ def document_from_store(
                     "cases": row["cases"],
                     "passed": row["passed"],
                     "failed": row["failed"],
+                    "edge": detail.get("edge_cases", 0),
                     "errors": row["errors"],
+                    "reason": detail.get("reason"),
+                    "strict": op.strict,
                     "planned": detail.get("planned"),
                     "elapsed": round(row["duration"] or 0.0, 4),  # as the document of the run itself
                     "stopped": detail.get("stopped"),

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from .. import dtypes as dt
-from ..cases.generate import CaseInputs, generate_inputs, with_layout
+from ..cases.generate import CaseInputs, generate_inputs, value_domain, with_layout
 from ..cases.plan import CaseSpec
 from ..cases.rng import Stream
 from ..config.model import OpConfig, ValidationConfig, resolve_bound
@@ -29,6 +29,7 @@ from ..oracle.compare import CaseFacts, Comparison, Working, compare_output
 from ..oracle.features import input_features, output_features
 from ..oracle.invariants import check_invariants
 from ..oracle.outcome import CaseResult
+from ..oracle.tier import TIERABLE_KINDS, edge_record, explained, tame
 from .runners import CallableRunner, CallError, Runner, promote
 
 #: Failure kinds that are wrong answers; everything else that is not a pass is an error.
@@ -97,8 +98,13 @@ def run_case(
     spec: CaseSpec,
     snapshot: dict[str, np.ndarray] | None = None,
     phase: Callable[[str], None] = lambda _p: None,
+    *,
+    tiering: bool = True,
 ) -> CaseResult:
-    """Run one case: the op on the case's inputs, the reference on the same values in float64, compare."""
+    """Run one case: the op on the case's inputs, the reference on the same values in float64, compare.
+
+    A wrong answer is then tiered (``oracle.tier``): an edge finding is status ``edge`` (``failed`` with tier
+    ``edge`` when the op is strict), anything else a bug. ``tiering`` is off for the tier case itself."""
     op = ctx.op
     started = time.perf_counter()
     inputs: CaseInputs = with_layout(snapshot, spec.layout) if snapshot is not None else generate_inputs(op, spec)
@@ -232,10 +238,50 @@ def run_case(
             ),
             "mismatch",
         )
-        return fail("failed", kind, worst.summary())
+        fail("failed", kind, worst.summary())
+        refs = [ref_out[c.output][c.mask] if c.mask is not None else None for c in bad]
+        return _tiered(ctx, spec, result, None if any(r is None for r in refs) else refs, tiering)
     if result.violations:
         v = result.violations[0]
-        return fail("failed", "invariant", f"invariant {v.invariant} violated: {v.message}")
+        fail("failed", "invariant", f"invariant {v.invariant} violated: {v.message}")
+        return _tiered(ctx, spec, result, None, tiering)
+    return result
+
+
+def _tiered(
+    ctx: CaseContext, spec: CaseSpec, result: CaseResult, failing_refs: list[np.ndarray] | None, tiering: bool
+) -> CaseResult:
+    """Tier a wrong answer (see ``oracle.tier``): run the tamed case, and mark an edge finding as such."""
+    result.tier = "bug"
+    if not tiering or result.kind not in TIERABLE_KINDS or result.snapshot is None:
+        return result
+    domains = {i.name: value_domain(ctx.op, i, spec.dims) for i in ctx.op.inputs}
+
+    def fit(name: str, values: np.ndarray) -> np.ndarray:
+        d = domains.get(name)
+        if d is None:
+            return values
+        if d.sign == "positive":
+            values = np.abs(values)
+        elif d.sign == "negative":
+            values = -np.abs(values)
+        return np.clip(values, *d.range) if d.range is not None else values
+
+    exact = any(c.ulp == 0 and c.atol == 0 and c.rtol == 0 for c in result.comparisons)
+    tamed = tame(result.snapshot, spec.dtype, max(spec.dims.values(), default=1), fit, propagation=not exact)
+    if tamed is None:
+        return result
+    started = time.perf_counter()
+    again = run_case(ctx, spec, tamed.inputs, tiering=False)
+    result.durations["tier"] = time.perf_counter() - started
+    result.features["tier_case"] = {"status": again.status, "kind": again.kind, "replaced": tamed.big + tamed.nonfinite}
+    if again.status != "passed" or not explained(tamed, failing_refs):
+        return result
+    worst = result.worst()
+    result.tier = "edge"
+    result.edge = edge_record(tamed, spec.dtype, worst.special_text() if worst is not None else "")
+    if not ctx.op.strict:
+        result.status = "edge"
     return result
 
 

@@ -28,7 +28,7 @@ from ..config.keys import MAX_ITERATIONS
 from ..config.model import Config, OpConfig
 from ..errors import UsageError
 from ..oracle.diagnose import diagnose
-from ..oracle.outcome import CaseResult, OpOutcome, op_status
+from ..oracle.outcome import CaseResult, OpOutcome, not_judged_reason, op_status
 from ..store.db import Store
 from .budgeted import BudgetedOp, allocate, full_estimate, resolve, work_cut
 from .confirm import make_probe
@@ -603,6 +603,8 @@ def store_verdict(store: Store, run_id: str, outcome: OpOutcome, mode: str, **de
             "condition": outcome.condition,
             "budget": outcome.budget,
             "timing": outcome.timing(),
+            "edge_cases": len(outcome.edges),
+            "reason": not_judged_reason(outcome.cases) if outcome.status == "not_judged" else None,
             **detail,
         },
     )

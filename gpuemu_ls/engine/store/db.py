@@ -488,6 +488,8 @@ class Store:
                 "line": r.line,
                 "stderr": r.stderr,
                 "spec": r.spec.to_dict(),
+                "tier": r.tier,
+                "edge": r.edge,
             }
             rows.append(
                 _texts(

@@ -4,9 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...oracle.tier import edge_summary
 from ..lines import KIND_TEXT, budget_head
 
-WORD = {"passed": "PASS", "failed": "FAIL", "error": "ERROR", "not_run": "NOT RUN", "cancelled": "CANCELLED"}
+WORD = {
+    "passed": "PASS",
+    "failed": "FAIL",
+    "edge": "EDGE",
+    "not_judged": "UNJUDGED",
+    "error": "ERROR",
+    "not_run": "NOT RUN",
+    "cancelled": "CANCELLED",
+}
+#: The tag of one failing case's line.
+CASE_WORD = {"failed": "FAIL", "edge": "EDGE", "error": "ERROR"}
 
 
 def nonfinite_text(kind: str, ex: dict[str, Any]) -> str:
@@ -24,9 +35,25 @@ def _num(x: Any) -> str:
     return f"{x:.4g}" if isinstance(x, (int, float)) else str(x)
 
 
+def _finite(x: Any) -> bool:
+    return isinstance(x, (int, float)) and x == x and abs(x) != float("inf")
+
+
+def nonfinite_worst(worst: dict[str, Any], mismatches: Any, total: Any) -> str:
+    """ "op nan where the reference is inf at [9] (3 of 16 elements off)": a worst element that is not a number
+    is shown as itself, never as the finite error of some other element."""
+    return (
+        f"op {_num(worst.get('op')).lower()} where the reference is {_num(worst.get('ref')).lower()} at "
+        f"{worst.get('index')} ({mismatches} of {total} elements off)"
+    )
+
+
 def _err(f: dict[str, Any]) -> str:
     where = f" (first at {f['first_index']})" if f.get("first_index") is not None else ""
     examples = f.get("examples") or {}
+    worst = f.get("worst") or {}
+    if worst and not all(_finite(worst.get(k)) for k in ("op", "ref")):  # the worst element is NaN/inf
+        return nonfinite_worst(worst, f.get("mismatches"), f.get("total"))
     for key, what in (
         ("unexpected_nan", "NaN where the reference is finite"),
         ("unexpected_inf", "inf where the reference is finite"),
@@ -49,16 +76,23 @@ def _err(f: dict[str, Any]) -> str:
 
 
 def failure_text(op: str, f: dict[str, Any], replay_prefix: str = "") -> str:
-    tag = "FAIL" if f["status"] == "failed" else "ERROR"
+    tag = CASE_WORD.get(f["status"], "ERROR")
     shapes = " ".join(f"{k}={v}" for k, v in f["shapes"].items())
     where = f" ({f['file']}:{f['line']})" if f.get("file") and f.get("line") else ""
     if f.get("file") and not f.get("line"):
         where = f" ({f['file']})"
     replay = f["replay"] if not replay_prefix else f["replay"].replace("gpuemu ", f"gpuemu {replay_prefix} ", 1)
+    edge = f"\n    edge finding: {f['edge']['text']}" if f.get("tier") == "edge" and f.get("edge") else ""
     return (
         f"{tag} {op} [{f['kind']}: {KIND_TEXT.get(f['kind'], f['kind'])}] seed={f['seed']} dtype={f['dtype']} "
-        f"{shapes} layout={f['layout']} dist={f['distribution']}: {_err(f)}{where}\n    replay: {replay}"
+        f"{shapes} layout={f['layout']} dist={f['distribution']}: {_err(f)}{where}{edge}\n    replay: {replay}"
     )
+
+
+def edge_line(e: dict[str, Any]) -> str:
+    """An op's edge findings in one line: what they share, and that they are not a bug of this kernel."""
+    records = [f["edge"] for f in e.get("failures", []) if f.get("tier") == "edge" and f.get("edge")]
+    return edge_summary(records, strict=bool(e.get("strict"))) if records else f"{e.get('edge')} edge findings"
 
 
 def budget_text(budget: dict[str, Any]) -> str:
@@ -80,12 +114,12 @@ def render_text(doc: dict[str, Any], *, show: int = 3, replay_prefix: str = "") 
     for e in doc["ops"]:
         stats = e.get("stats") or {}
         err = ""
-        if e["status"] == "failed" and stats.get("nonfinite_cases"):
+        if e["status"] in ("failed", "edge") and stats.get("nonfinite_cases"):
             err = f"NaN/inf in {stats['nonfinite_cases']} cases"  # not a small finite "max err"
         elif stats.get("max_abs") is not None:
             err = f"max err {stats['max_abs']:.3g}"
             ratio = stats.get("max_ratio")
-            if e["status"] == "passed" and isinstance(ratio, (int, float)):
+            if e["status"] in ("passed", "edge") and isinstance(ratio, (int, float)):
                 err += f" ({ratio:.0%} of tolerance)"
         lines.append(
             f"{WORD.get(e['status'], e['status']):8}{e['name']:24} {e['message']:40} {err:32} "
@@ -100,6 +134,10 @@ def render_text(doc: dict[str, Any], *, show: int = 3, replay_prefix: str = "") 
             lines.append(f"    {e['message']}")
         if e.get("diagnosis"):
             lines.append(f"    diagnosis: {e['diagnosis']}")
+        if e.get("edge"):
+            lines.append(f"    {edge_line(e)}")
+        if e["status"] == "not_judged" and e.get("reason"):
+            lines.append(f"    {e['reason']}")
         b = e.get("budget")
         if b and (b.get("cut_cases") or b.get("cut_classes")):
             lines.append(f"    {budget_text(b)}")
@@ -131,8 +169,12 @@ def render_text(doc: dict[str, Any], *, show: int = 3, replay_prefix: str = "") 
         lines.append(doc["budget"]["line"])
     s = doc["summary"]
     tail = (
-        f"{s.get('passed', 0) - unchecked} passed, {s.get('failed', 0)} failed, {s.get('error', 0)} errors, "
-        f"{s.get('not_run', 0)} not run" + (f", {unchecked} without limits" if unchecked else "")
+        f"{s.get('passed', 0) - unchecked} passed, "
+        + (f"{s['edge']} with edge findings only, " if s.get("edge") else "")
+        + f"{s.get('failed', 0)} failed, {s.get('error', 0)} errors, "
+        + (f"{s['not_judged']} not judged, " if s.get("not_judged") else "")
+        + f"{s.get('not_run', 0)} not run"
+        + (f", {unchecked} without limits" if unchecked else "")
     )
     if s.get("regressions"):
         tail += f", {s['regressions']} regressions" + (
