@@ -99,7 +99,7 @@ def _quick_fix(title: str, d: lsp.Diagnostic, **what: Any) -> lsp.CodeAction:
     return lsp.CodeAction(title, kind=lsp.CodeActionKind.QuickFix, diagnostics=[d], **what)
 
 
-LENS_ICON = {"passed": "✓", "failed": "✗", "error": "!", "not_run": "○"}
+LENS_ICON = {"passed": "✓", "failed": "✗", "edge": "⚠", "not_judged": "?", "error": "!", "not_run": "○"}
 
 
 def code_lenses(session: WorkspaceSession, path: Path, running: dict[str, str]) -> list[lsp.CodeLens]:

@@ -27,7 +27,14 @@ NUMERIC = ("mismatch", "unexpected_nan", "unexpected_inf", "missing_nan")
 
 
 def _severity(status: str) -> lsp.DiagnosticSeverity:
-    return lsp.DiagnosticSeverity.Warning if status == "not_run" else lsp.DiagnosticSeverity.Error
+    """Red for what fails the op; a warning for what does not (an edge finding) or did not run."""
+    return lsp.DiagnosticSeverity.Warning if status in ("not_run", "edge") else lsp.DiagnosticSeverity.Error
+
+
+def _tier(row: dict[str, Any]) -> tuple[str | None, dict[str, Any] | None]:
+    """A stored case's tier and edge record (bug-tier rows and errors: (None or "bug", None))."""
+    detail = json.loads(row.get("detail") or "{}")
+    return detail.get("tier"), detail.get("edge")
 
 
 def _shapes(row: dict[str, Any]) -> dict[str, list[int]]:
@@ -70,6 +77,7 @@ def failure_data(session: WorkspaceSession, view: OpView, row: dict[str, Any]) -
         "kind": "op",
         "status": row["status"],
         "failureKind": row["kind"],
+        "tier": _tier(row)[0],
         "seed": row["seed"],
         "dtype": row["dtype"],
         "shapes": shapes,
@@ -84,9 +92,11 @@ def failure_data(session: WorkspaceSession, view: OpView, row: dict[str, Any]) -
 
 def failure_message(view: OpView, row: dict[str, Any], count: int) -> str:
     kind = row["kind"] or row["status"]
-    head = (
-        f"{view.name}: {KIND_TEXT.get(kind, kind)} [{kind}] in {count}/{view.cases} cases: {_error_vs_tolerance(row)}"
-    )
+    tier, edge = _tier(row)
+    what = KIND_TEXT.get(kind, kind)
+    if tier == "edge":
+        what = f"edge finding ({what})"
+    head = f"{view.name}: {what} [{kind}] in {count}/{view.cases} cases: {_error_vs_tolerance(row)}"
     lines = [
         head,
         f"seed {row['seed']}: {row['dtype']} {_shape_text(_shapes(row))} layout={row['layout']} "
@@ -95,7 +105,11 @@ def failure_message(view: OpView, row: dict[str, Any], count: int) -> str:
     mini = view.minimized.get(row["seed"])
     if mini:
         lines.append(f"minimized: {_shape_text(mini['shapes'])}")
-    if view.diagnosis:
+    if tier == "edge":
+        strict = row["status"] == "failed"
+        verdict = "failing: strict = true" if strict else "not a bug of this kernel (strict = true fails it)"
+        lines.append(f"edge finding: {(edge or {}).get('text', '')}; {verdict}")
+    elif view.diagnosis:
         lines.append(f"diagnosis: {view.diagnosis}")
     lines.append(f"replay: {replay_command(view.name, row['seed'])}")
     return "\n".join(lines)
@@ -106,6 +120,8 @@ def _first_per_kind(view: OpView) -> list[tuple[dict[str, Any], int]]:
     counts: dict[str, int] = defaultdict(int)
     for row in view.failures:
         k = row["kind"] or row["status"]
+        if _tier(row)[0] == "edge":
+            k = f"edge:{k}"  # an edge finding is its own problem: a warning beside the bug's error
         counts[k] += 1
         firsts.setdefault(k, row)
     return [(row, counts[k]) for k, row in firsts.items()]
@@ -147,7 +163,7 @@ def _op_diagnostics(
     """One diagnostic per kind of failure of the op: on the line an exception came from, on the reference for
     a failing reference, else on the op's function (or script); on its ``[[ops]]`` entry only when it has no
     code in the workspace (a setup problem, a client-side op)."""
-    if view.status == "not_run" or (view.status == "error" and not view.failures):
+    if view.status in ("not_run", "not_judged") or (view.status == "error" and not view.failures):
         setup = view.detail.get("setup_error") or {}
         msg = f"{op.name}: {view.status.replace('_', ' ')}: {view.message}"
         data = {"workspace": str(session.root), "op": op.name, "kind": "op", "status": view.status}
@@ -174,6 +190,8 @@ def _op_diagnostics(
         data = failure_data(session, view, row)
         message = failure_message(view, row, count)
         code = row["kind"] or row["status"]
+        if _tier(row)[0] == "edge":
+            code = "edge-finding"
         detail = json.loads(row.get("detail") or "{}")
         at = _in_workspace(session, detail.get("file"))
         if at is not None and detail.get("line"):  # an exception or crash: the line it came from

@@ -241,7 +241,14 @@ def op_hover(view: OpView | None, name: str, running: str | None = None, *, besi
                 else f" (save a file of the op, or run {code(f'gpuemu test --op {name}')})"
             )
         )
-    word = {"passed": "PASS", "failed": "FAIL", "error": "ERROR", "not_run": "NOT RUN"}.get(view.status, view.status)
+    word = {
+        "passed": "PASS",
+        "failed": "FAIL",
+        "edge": "EDGE",
+        "not_judged": "NOT JUDGED",
+        "error": "ERROR",
+        "not_run": "NOT RUN",
+    }.get(view.status, view.status)
     head = [f"**{md(name)}** {md(word)}", md(_summary(view)) if view.cases else md(view.message)]
     worst = _worst(view)
     if worst:
@@ -256,10 +263,16 @@ def op_hover(view: OpView | None, name: str, running: str | None = None, *, besi
         if not beside_diagnostic:
             if view.diagnosis:
                 lines.append(f"\n*Diagnosis:* {md(view.diagnosis)}")
-            row = view.failures[0]
+            bugs = [r for r in view.failures if json.loads(r.get("detail") or "{}").get("tier") != "edge"]
+            row = (bugs or view.failures)[0]
             shapes = " ".join(f"{k}={s}" for k, s in json.loads(row["shapes"] or "{}").items())
+            edge = json.loads(row.get("detail") or "{}").get("edge") if not bugs else None
+            if edge:
+                why = md(edge.get("text", ""))
+                lines.append(f"\n*Edge finding:* {why} (not a bug of this kernel; strict = true fails it)")
+            first = "First edge finding" if edge else "First failure"
             lines.append(
-                f"\nFirst failure: {md(KIND_TEXT.get(row['kind'], row['kind'] or row['status']))} at seed "
+                f"\n{first}: {md(KIND_TEXT.get(row['kind'], row['kind'] or row['status']))} at seed "
                 f"{md(row['seed'])}: {md(row['dtype'])} {md(shapes)} layout={md(row['layout'])} "
                 f"dist={md(row['distribution'])}"
             )

@@ -26,6 +26,7 @@ def _case_brief(case: Any) -> dict[str, Any]:
         "seed": case.seed,
         "status": case.status,
         "kind": case.kind,
+        "tier": case.tier,
         "dtype": case.spec.dtype,
         "shapes": {k: list(v) for k, v in case.spec.shapes.items()},
         "layout": case.spec.layout,

@@ -125,7 +125,7 @@ class JobRunner:
 
         def on_case(_op: str, case: Any, i: int, n: int) -> None:
             job.done, job.total = i, n
-            job.failed += case.status != "passed"
+            job.failed += case.status not in ("passed", "edge")
             self._emit({"type": "progress", "job": job, "case": case})
 
         options = RunOptions(

@@ -87,6 +87,17 @@ def softmax_masked_zeros(x):
     return np.where(np.isnan(y), 0, y).astype(x.dtype)
 
 
+def normalize_zero_safe(x):
+    xf = np.asarray(x, dtype=np.float32)
+    s = xf.sum(axis=-1, keepdims=True)
+    return np.where(s == 0, 0, xf / np.where(s == 0, 1, s)).astype(x.dtype)
+
+
+def normalize_naive_ref(x):
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return x / x.sum(axis=-1, keepdims=True)
+
+
 def softmax_buggy(x):
     return (softmax(x).astype(np.float32) * np.float32(1.001)).astype(x.dtype)
 
@@ -638,4 +649,14 @@ def test_a_reference_nan_from_nan_free_inputs_is_suspect_not_the_ops_failure(cfg
     zeros = ctx_for(cfg, "softmax", "case_ops:softmax_masked_zeros", "case_ops:softmax_ref")
     r = run_case(zeros, spec, snapshot={"x": x})
     assert r.passed, r.message
-    assert r.comparisons[0].suspect_nan == 3 and "check the reference" in r.comparisons[0].summary()
+    c = r.comparisons[0]
+    # the reference is undefined at a fully -inf row: said as such, not as a reference fault
+    assert c.suspect_nan == 3 and c.suspect_inf == 3, c.summary()
+    assert "undefined (NaN) at infinite inputs" in c.summary() and "check the reference" not in c.summary()
+    # NaN from finite inputs (0/0 of a zero row through a naive normalisation) is a reference fault to check
+    finite = np.array([[0.0, 0.0, 0.0], [1.0, 2.0, 3.0]], dtype=np.float32)
+    naive = ctx_for(cfg, "softmax", "case_ops:normalize_zero_safe", "case_ops:normalize_naive_ref")
+    r = run_case(naive, spec, snapshot={"x": finite})
+    c = r.comparisons[0]
+    assert r.passed and c.suspect_nan == 3 and c.suspect_inf == 0, c.summary()
+    assert "from finite inputs: check the reference" in c.summary()

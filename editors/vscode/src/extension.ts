@@ -70,6 +70,8 @@ const STATUS_ICON: Record<string, string> = {
   error: "$(error)",
   errored: "$(error)",
   not_run: "$(warning)",
+  edge: "$(warning)",
+  not_judged: "$(question)",
   running: "$(sync~spin)",
   queued: "$(clock)",
   cancelled: "$(circle-slash)",

@@ -25,7 +25,7 @@ export interface DiscoverItem {
   range: Range; // the [[ops]] / [[kernels]] entry
   sourceUri?: string | null;
   sourceRange?: Range | null;
-  status?: string; // passed | failed | error | not_run | unknown
+  status?: string; // passed | failed | edge | not_judged | error | not_run | unknown
   message?: string;
   diagnosis?: string;
   running?: boolean;
@@ -86,6 +86,8 @@ export type OpStateName =
   | "running"
   | "passed"
   | "failed"
+  | "edge"
+  | "not_judged"
   | "error"
   | "not_run"
   | "cancelled"
@@ -257,7 +259,7 @@ export interface Outcome {
   cases?: CaseChild[];
 }
 
-const TERMINAL = new Set(["passed", "failed", "error", "errored", "not_run", "cancelled"]);
+const TERMINAL = new Set(["passed", "failed", "edge", "not_judged", "error", "errored", "not_run", "cancelled"]);
 
 export function isTerminal(state: string): boolean {
   return TERMINAL.has(state);
@@ -399,9 +401,19 @@ export function stateToOutcome(s: OpState): Outcome {
         cases: [],
         output: `PASS ${s.name}${s.cases !== undefined ? ` (${s.cases} cases)` : ""}${s.message ? `: ${s.message}` : ""}`,
       };
+    case "edge":
+      // edge findings only: the op passes (they show as warnings at its source), unless strict made them fail
+      return {
+        type: "passed",
+        terminal: true,
+        messages: [],
+        cases: [],
+        output: `EDGE ${s.name}${s.cases !== undefined ? ` (${s.cases} cases)` : ""}${s.message ? `: ${s.message}` : ""}`,
+      };
     case "failed":
     case "error":
     case "errored":
+    case "not_judged":
     case "not_run": {
       const summary = summaryText(s);
       const messages: MessageSpec[] = [];
@@ -505,7 +517,7 @@ export interface StatusSummary {
   failed: number;
 }
 
-const BAD = new Set(["failed", "error", "errored", "not_run"]);
+const BAD = new Set(["failed", "error", "errored", "not_judged", "not_run"]);
 
 /** idle / running N / N failed, from the latest state of each op and kernel. */
 export function statusSummary(
@@ -520,7 +532,7 @@ export function statusSummary(
     total += 1;
     if (s === "queued" || s === "running") running += 1;
     else if (BAD.has(s)) failed += 1;
-    else if (s === "passed") passed += 1;
+    else if (s === "passed" || s === "edge") passed += 1;
   }
   if (extra?.serverState && extra.serverState !== "running") {
     return {

@@ -163,7 +163,7 @@ export class GpuemuTests implements vscode.Disposable {
           if (!this.states.has(leaf.key) || isTerminal(this.states.get(leaf.key) as string)) {
             if (leaf.status !== "unknown") this.states.set(leaf.key, leaf.status);
           }
-          if (!this.storedShown.has(leaf.key) && ["passed", "failed", "error", "not_run"].includes(leaf.status)) {
+          if (!this.storedShown.has(leaf.key) && ["passed", "failed", "edge", "not_judged", "error", "not_run"].includes(leaf.status)) {
             stored.push({ item, leaf });
           }
         }

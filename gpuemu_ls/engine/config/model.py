@@ -37,11 +37,43 @@ class Bound:
     atol: float
     rtol: float
     ulp: int | None = None  # None: the default rule (one ulp of the output dtype, from the exact reference)
+    builtin_atol: bool = False  # atol is the built-in default (no level set one): half precision scales it
+
+    def scaled(self, dtype: str, ref: Any) -> Bound:
+        """The bound for an output whose reference is ``ref``: the built-in half-precision atol follows the
+        output's magnitude (see :func:`scaled_atol`); an atol a user set means exactly what it says."""
+        if not (self.builtin_atol and dtype in SCALED_ATOL_DTYPES):
+            return self
+        return dataclasses.replace(self, atol=scaled_atol(self.atol, ref))
 
     @property
     def exact(self) -> bool:
         """Bit-exact after the output rounding: no slack of any kind applies."""
         return self.ulp == 0 and self.atol == 0 and self.rtol == 0
+
+
+#: Output dtypes whose built-in atol scales with the output's magnitude (tolerance rule "scaled-1").
+SCALED_ATOL_DTYPES = ("float16", "bfloat16")
+#: The smallest scale: the built-in half-precision atol never drops below 2**-10 of itself (~1e-5, float32's).
+SCALE_FLOOR = 2.0**-10
+#: The name of the default tolerance rule, as results and baselines record it (max_ratio is measured under it).
+TOLERANCE_RULE = "scaled-1"
+
+
+def scaled_atol(atol: float, ref: Any) -> float:
+    """``atol * min(1, max(S, 2**-10))``, ``S`` the largest finite ``|ref|`` of the output.
+
+    A fixed atol of 1e-2 passes any answer for an output whose values are ~2e-3 (a gradient, the
+    probabilities of a large vocabulary), a 100 % error included; scaled by what the output holds, the
+    absolute slack stays a hundredth of the output's own size, down to the floor (an output of zeros keeps
+    ~1e-5 of slack, float32's own atol), and is never larger than the fixed default.
+    """
+    import numpy as np
+
+    a = np.asarray(ref, dtype=np.float64)
+    finite = np.abs(a[np.isfinite(a)]) if a.size else a
+    top = float(finite.max()) if finite.size else 0.0
+    return atol * min(1.0, max(top, SCALE_FLOOR))
 
 
 def resolve_bound(op: OpConfig, validation: ValidationConfig, dtype: str) -> Bound:
@@ -62,7 +94,7 @@ def resolve_bound(op: OpConfig, validation: ValidationConfig, dtype: str) -> Bou
         atol = level.atol if atol is None else atol
         rtol = level.rtol if rtol is None else rtol
     base = dt.DEFAULT_TOLERANCES.get(dtype, (0.0, 0.0))
-    return Bound(base[0] if atol is None else atol, base[1] if rtol is None else rtol, ulp)
+    return Bound(base[0] if atol is None else atol, base[1] if rtol is None else rtol, ulp, builtin_atol=atol is None)
 
 
 def resolve_tolerance(op: OpConfig, validation: ValidationConfig, dtype: str) -> tuple[float, float]:

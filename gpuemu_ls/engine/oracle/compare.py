@@ -100,6 +100,7 @@ class Comparison:
     out_of_range: int = 0  # elements no correct kernel in the working precision can produce (never failed)
     out_of_range_rows: int = 0  # rows (last axis) holding them: one overflowed row max is one event
     suspect_nan: int = 0  # reference NaN from NaN-free inputs: the reference is to be checked, not the op
+    suspect_inf: int = 0  # of those, where the inputs hold infinities: undefined there (softmax of a -inf row)
     widened: int = 0
     used_sensitivity: bool = False
     ulp: int | None = None
@@ -149,10 +150,14 @@ class Comparison:
         if self.out_of_range:
             rows = f" in {self.out_of_range_rows} row(s)" if self.out_of_range_rows else ""
             out.append(f"{self.out_of_range} element(s){rows} out of range (not judged)")
-        if self.suspect_nan:
+        if self.suspect_inf:
             out.append(
-                f"{self.suspect_nan} element(s) where the reference returns NaN from NaN-free inputs: "
-                "check the reference"
+                f"{self.suspect_inf} element(s) where the reference is undefined (NaN) at infinite inputs (not judged)"
+            )
+        if self.suspect_nan - self.suspect_inf:
+            out.append(
+                f"{self.suspect_nan - self.suspect_inf} element(s) where the reference returns NaN from finite "
+                "inputs: check the reference"
             )
         return "; ".join(out)
 
@@ -170,6 +175,11 @@ class Comparison:
             more = f"; {finite} more element(s) off, max abs err {self.max_abs:.3g}" if finite > 0 else ""
             return f"{self.output}: {special}{more} ({self.tolerance_text()}){tail}"
         where = f" at {list(self.worst_index)}" if self.worst_index is not None else ""
+        if not (_finite(self.worst_op) and _finite(self.worst_ref)):  # the worst element is not a number:
+            return (  # shown as itself, never as the finite error of another element
+                f"{self.output}: op {_num(self.worst_op)} where the reference is {_num(self.worst_ref)}{where} "
+                f"({self.mismatches}/{self.total} elements off; {self.tolerance_text()}){tail}"
+            )
         return (
             f"{self.output}: {self.mismatches}/{self.total} elements off; max abs err {self.max_abs:.3g}{where} "
             f"(op {_num(self.worst_op)}, ref {_num(self.worst_ref)}, allowed {_num(self.worst_allowed)}; "
@@ -223,6 +233,10 @@ class Comparison:
 
 def _num(x: float | None) -> str:
     return "?" if x is None else f"{x:.6g}"
+
+
+def _finite(x: float | None) -> bool:
+    return x is None or math.isfinite(x)
 
 
 @dataclass
@@ -432,6 +446,7 @@ def _pass(
         setattr(c, key, acc.counts.get(key, 0))
     c.out_of_range = acc.counts.get("out_of_range", 0)
     c.suspect_nan = acc.counts.get("suspect_nan", 0)
+    c.suspect_inf = c.suspect_nan if not rule.facts.inputs_finite else 0
     if acc.oor_rows is not None:
         c.out_of_range_rows = int(acc.oor_rows.sum())
     if not c.passed:

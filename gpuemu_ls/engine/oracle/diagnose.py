@@ -70,6 +70,12 @@ class _Point:
     features: dict[str, Any]
 
 
+def _verdict(c: Any) -> str:
+    """A case's status as the diagnosis reads it: an edge finding (failing under strict or not) is neither a
+    failure nor a pass, so a diagnosis explains bug-tier failures only (edge findings get their own line)."""
+    return "edge" if getattr(c, "tier", None) == "edge" else str(c.status)
+
+
 def _attr(attr: str, v: str) -> Callable[[Any], bool]:
     return lambda c: getattr(c.spec, attr) == v
 
@@ -573,10 +579,10 @@ def confirm(cases: list[CaseResult], op: OpConfig, probe: Probe, budget: int = P
     size of the failing case they vary, for short runs): a bound on the extra work that does not depend
     on the machine, so the same run gives the same diagnosis everywhere.
     """
-    failing = [c for c in cases if c.status == "failed"] or [c for c in cases if c.status == "error"]
+    failing = [c for c in cases if _verdict(c) == "failed"] or [c for c in cases if _verdict(c) == "error"]
     if not failing:
         return []
-    want = failing[0].status
+    want = _verdict(failing[0])
     base = _representative(failing)
     # a share of the run, or the budget's worth of cases the size of the one varied (short runs of small cases)
     allowance = max(COST_SHARE * sum(_cost(op, c.spec.dims) for c in cases), budget * _cost(op, base.spec.dims))
@@ -599,13 +605,13 @@ def confirm(cases: list[CaseResult], op: OpConfig, probe: Probe, budget: int = P
         if first is not None:
             first.features = dict(first.features or {}, probe=True)
             ran.append(first)
-            if first.status == want:
+            if _verdict(first) == want:
                 base = first
     points = _probe_points(base, op)
     for _ in range(budget - len(ran)):
         evidence = cases + ran
-        bad = [c for c in evidence if c.status == want]
-        good = [c for c in evidence if c.status == "passed"]
+        bad = [c for c in evidence if _verdict(c) == want]
+        good = [c for c in evidence if _verdict(c) == "passed"]
         pool = candidates(bad, good)
         if not pool:
             break
@@ -645,8 +651,8 @@ def _confirm_sides(
     tried: set[tuple[Any, ...]] = set()
     for _ in range(3):
         evidence = cases + ran + out
-        bad = [c for c in evidence if c.status == "failed"]
-        good = [c for c in evidence if c.status == "passed"]
+        bad = [c for c in evidence if _verdict(c) == "failed"]
+        good = [c for c in evidence if _verdict(c) == "passed"]
         if find_condition(bad, good) is not None or find_disjunction(bad, good) is not None:
             break
         pool = disjunctions(bad, good)
@@ -928,18 +934,18 @@ def diagnose_cases(
 ) -> str:
     """The diagnosis line for a set of cases ('' when everything passed); ``probes`` are the confirmation
     cases run for it (None: none could run, and no condition is stated as confirmed)."""
-    failed = [c for c in cases if c.status == "failed"]
-    errors = [c for c in cases if c.status == "error"]
-    passed = [c for c in cases if c.status == "passed"]
+    failed = [c for c in cases if _verdict(c) == "failed"]
+    errors = [c for c in cases if _verdict(c) == "error"]
+    passed = [c for c in cases if _verdict(c) == "passed"]
     bad = failed or errors
     if not bad:
         return ""
-    want = bad[0].status
+    want = _verdict(bad[0])
     verb, noun = ("fails", "failing") if failed else ("errors", "erroring")
     good = passed if failed else passed + failed
     extra = probes or []
-    e_bad = bad + [c for c in extra if c.status == want]
-    e_good = good + [c for c in extra if c.status == "passed" or (want == "error" and c.status == "failed")]
+    e_bad = bad + [c for c in extra if _verdict(c) == want]
+    e_good = good + [c for c in extra if _verdict(c) == "passed" or (want == "error" and _verdict(c) == "failed")]
     confirmed = bool(extra)
     agree = f"; {len(extra)} confirmation case(s) agree" if confirmed else ""
     unconfirmed = "" if confirmed else "; not confirmed by targeted cases"
@@ -1010,7 +1016,7 @@ def diagnose_cases(
     if failed:
         # where the error sits, from the run's failures and the confirmation cases' (plain float32 ones, where
         # a half-precision case shows only part of a row)
-        parts += _location(failed + [c for c in extra if c.status == "failed"], op, cond)
+        parts += _location(failed + [c for c in extra if _verdict(c) == "failed"], op, cond)
         hint = _hint(cond, kinds) if cond is not None else ""
         # the location may already say it ("... entirely -inf: likely NaN from 0/0 ..."): once is enough
         if hint and not any(hint.split(":")[0] in n or hint.split(": ")[-1] in n for n in parts[1:]):
@@ -1061,14 +1067,14 @@ def diagnose_confirmed(
 
 def condition_of(cases: list[CaseResult], probes: list[CaseResult] | None) -> dict[str, Any] | None:
     """The condition the diagnosis states, as data: text, kind, exact (iff) and confirmed."""
-    bad = [c for c in cases if c.status == "failed"] or [c for c in cases if c.status == "error"]
+    bad = [c for c in cases if _verdict(c) == "failed"] or [c for c in cases if _verdict(c) == "error"]
     if not bad:
         return None
-    want = bad[0].status
-    good = [c for c in cases if c.status == "passed" or (want == "error" and c.status == "failed")]
+    want = _verdict(bad[0])
+    good = [c for c in cases if _verdict(c) == "passed" or (want == "error" and _verdict(c) == "failed")]
     extra = probes or []
-    e_bad = bad + [c for c in extra if c.status == want]
-    e_good = good + [c for c in extra if c.status == "passed" or (want == "error" and c.status == "failed")]
+    e_bad = bad + [c for c in extra if _verdict(c) == want]
+    e_good = good + [c for c in extra if _verdict(c) == "passed" or (want == "error" and _verdict(c) == "failed")]
     cond = find_condition(e_bad, e_good)
     if cond is None and extra and want == "failed":
         cond = find_disjunction(e_bad, e_good)

@@ -82,6 +82,7 @@ class CaseResult:
             "worst_output": w.output if w else None,
             "out_of_range": sum(c.out_of_range for c in self.comparisons),
             "suspect_nan": sum(c.suspect_nan for c in self.comparisons),
+            "suspect_inf": sum(c.suspect_inf for c in self.comparisons),
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -151,6 +152,7 @@ class OpOutcome:
                 "out_of_range_cases",
                 "suspect_nan",
                 "suspect_cases",
+                "suspect_inf_cases",
                 "nonfinite_cases",
                 "edge_cases",
                 "judged",
@@ -167,7 +169,8 @@ class OpOutcome:
             counts["out_of_range"] += st["out_of_range"] or 0
             counts["out_of_range_cases"] += bool(st["out_of_range"])
             counts["suspect_nan"] += st["suspect_nan"] or 0
-            counts["suspect_cases"] += bool(st["suspect_nan"])
+            counts["suspect_cases"] += bool(st["suspect_nan"]) and not st["suspect_inf"]
+            counts["suspect_inf_cases"] += bool(st["suspect_inf"])
             counts["nonfinite_cases"] += c.bug and c.kind in NONFINITE_KINDS
             counts["edge_cases"] += c.tier == "edge"
             counts["judged"] += c.judged()
@@ -211,9 +214,12 @@ class OpOutcome:
         if st["out_of_range"]:
             n = st["out_of_range"]
             text += f"; {n} element{'s' * (n != 1)} out of range in {_cases(st['out_of_range_cases'])} (not judged)"
-        if st["suspect_nan"]:
+        if st["suspect_inf_cases"]:
+            where = _cases(st["suspect_inf_cases"])
+            text += f"; the reference is undefined (NaN) at infinite inputs in {where} (a fully -inf row; not judged)"
+        if st["suspect_cases"]:
             where = _cases(st["suspect_cases"])
-            text += f"; the reference returns NaN from NaN-free inputs in {where}: check the reference"
+            text += f"; the reference returns NaN from finite inputs in {where}: check the reference"
         if self.status == "not_judged":
             text += f"; {not_judged_reason(self.cases)}"
         return text

@@ -170,6 +170,8 @@ def run_case(
         expected = op.output_dtype or (spec.dtype if ref_float else dt.dtype_name(ref.dtype))
         got = _dtype_name(out.dtype)
         bound = resolve_bound(op, ctx.validation, expected)
+        if ref_float:
+            bound = bound.scaled(expected, ref)
         atol, rtol = bound.atol, bound.rtol
         result.tolerance = (atol, rtol)
         if got != expected:

@@ -127,7 +127,8 @@ def propose(
     small, large, excluded = [], [], 0
     for c in cases:
         numeric = [cmp for cmp in c.comparisons if cmp.kind in (None, "mismatch")]
-        if c.status == "error" or not numeric or c.kind in (*NONFINITE, "shape_mismatch", "dtype_mismatch"):
+        edge = c.tier == "edge"  # an edge finding is no rounding a tolerance should absorb
+        if c.status == "error" or edge or not numeric or c.kind in (*NONFINITE, "shape_mismatch", "dtype_mismatch"):
             excluded += 1
             continue
         small.append(max(cmp.max_abs_small for cmp in numeric))
@@ -144,7 +145,7 @@ def propose(
     p = Proposal(dtype, len(cases), atol, rtol, current, excluded=excluded)
     for label, vals in (("abs_err_small_ref", small), ("rel_err_large_ref", large)):
         p.observed[label] = {m: _stat(vals, m) for m in ("p50", "p95", "max")}
-    p.failing_now = sum(1 for c in cases if c.status == "failed")
+    p.failing_now = sum(1 for c in cases if c.bug)
     p.failing_proposed = sum(1 for s_, l_ in zip(small, large) if s_ > atol or l_ > rtol)
     p.refusal = refusal_reasons(p, cases, condition)
     return p
@@ -153,7 +154,7 @@ def propose(
 def refusal_reasons(p: Proposal, cases: list[CaseResult], condition: dict[str, Any] | None) -> list[str]:
     """Why widening the tolerance to ``p`` would hide a bug (empty: it looks like rounding)."""
     reasons = []
-    nonfinite = [c for c in cases if c.status == "failed" and c.kind in NONFINITE]
+    nonfinite = [c for c in cases if c.bug and c.kind in NONFINITE]
     if nonfinite:
         c = nonfinite[0]
         reasons.append(

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..cases.plan import CaseSpec
-from ..config.model import Config, OpConfig, is_callable_ref, resolve_bound
+from ..config.model import SCALE_FLOOR, SCALED_ATOL_DTYPES, Config, OpConfig, is_callable_ref, resolve_bound
 from ..oracle.outcome import CaseResult
 from ..private_files import check_name, write_private
 
@@ -116,6 +116,8 @@ def write_repro(
         "CASE_DTYPE": spec.dtype,
         "FRAMEWORK": op.framework if op.execution_mode != "script_based" else "numpy",
         "ATOL": bound.atol,
+        # the built-in half-precision atol follows the output's magnitude (config.model.scaled_atol)
+        "ATOL_SCALE_FLOOR": SCALE_FLOOR if bound.builtin_atol and float_out in SCALED_ATOL_DTYPES else None,
         "RTOL": bound.rtol,
         "ULP": bound.ulp,
         "CHECK_NAN": config.validation.check_nan,
@@ -341,7 +343,11 @@ def compare(name, out, ref, bound, excused):
     with np.errstate(invalid="ignore", over="ignore"):
         target = rounded(r, dtype_name) if ULP is not None and is_float(out) else r
         unit = spacing(target, dtype_name)
-        allowed = ATOL + RTOL * np.abs(r) + (ULP * unit if ULP is not None else unit)
+        atol = ATOL
+        if ATOL_SCALE_FLOOR is not None:  # atol * min(1, max(largest finite |ref|, floor))
+            top = float(np.abs(r[np.isfinite(r)]).max()) if np.isfinite(r).any() else 0.0
+            atol = ATOL * min(1.0, max(top, ATOL_SCALE_FLOOR))
+        allowed = atol + RTOL * np.abs(r) + (ULP * unit if ULP is not None else unit)
         widened = 0
         if bound is not None and bound.shape == allowed.shape:
             widened = int((bound > allowed).sum())
@@ -365,7 +371,7 @@ def compare(name, out, ref, bound, excused):
     err = np.where(bad, np.abs(o - target), 0.0)
     finite = np.isfinite(err)
     worst = float(err[finite].max()) if finite.any() else float("nan")
-    tol = f"atol={ATOL:g} rtol={RTOL:g}" + (f" ulp={ULP}" if ULP is not None else "")
+    tol = f"atol={atol:g} rtol={RTOL:g}" + (f" ulp={ULP}" if ULP is not None else "")
     text = (f"{name}: {int(bad.sum())}/{bad.size} elements off tolerance {tol} "
             f"({dtype_name}); max abs err {worst:.6g}; first at {list(map(int, idx))}: "
             f"op={float(o[idx])!r} ref={float(r[idx])!r} allowed={float(allowed[idx])!r}")

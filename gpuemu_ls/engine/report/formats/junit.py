@@ -12,7 +12,7 @@ import platform
 import xml.etree.ElementTree as ET
 from typing import Any
 
-from .text import failure_text
+from .text import edge_line, failure_text
 
 
 def _fail_message(e: dict[str, Any]) -> str:
@@ -43,6 +43,10 @@ def _op_case(suite: ET.Element, e: dict[str, Any]) -> None:
             tc, "failure", message=_fail_message(e), type=e["failures"][0]["kind"] if e["failures"] else "failed"
         )
         el.text = "\n".join(body)
+    elif status == "not_judged":  # nothing was checked: never a pass
+        why = e.get("reason") or "not judged"
+        el = ET.SubElement(tc, "error", message=f"{e['name']}: {why}"[:1000], type="not_judged")
+        el.text = "\n".join(body) or why
     elif status == "error":
         se = e.get("setup_error") or {}
         msg = _fail_message(e) if e["failures"] else (se.get("message") or e.get("message", "error"))
@@ -79,14 +83,15 @@ def _kernel_case(suite: ET.Element, k: dict[str, Any]) -> None:
 
 
 def _suite(root: ET.Element, name: str, entries: list[dict[str, Any]], doc: dict[str, Any]) -> ET.Element:
-    counts = {s: sum(1 for e in entries if e["status"] == s) for s in ("failed", "error", "not_run", "cancelled")}
+    statuses = ("failed", "error", "not_judged", "not_run", "cancelled")
+    counts = {s: sum(1 for e in entries if e["status"] == s) for s in statuses}
     suite = ET.SubElement(
         root,
         "testsuite",
         name=name,
         tests=str(len(entries)),
         failures=str(counts["failed"]),
-        errors=str(counts["error"]),
+        errors=str(counts["error"] + counts["not_judged"]),
         skipped=str(counts["not_run"] + counts["cancelled"]),
         time=f"{sum(e.get('elapsed', 0) for e in entries):.3f}",
         timestamp=_dt.datetime.fromtimestamp(doc.get("created_at", 0), _dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S"),
@@ -102,9 +107,14 @@ def _suite(root: ET.Element, name: str, entries: list[dict[str, Any]], doc: dict
             ET.SubElement(props, "property", name=f"budget.{key}", value=str(run_budget[key]))
     for e in entries:  # what is neither passed nor failed (junit-10 has no properties per testcase)
         st = e.get("stats") or {}
-        for key in ("out_of_range", "out_of_range_cases", "suspect_nan", "suspect_cases"):
+        for key in ("out_of_range", "out_of_range_cases", "suspect_nan", "suspect_cases", "suspect_inf_cases"):
             if st.get(key):
                 ET.SubElement(props, "property", name=f"{e['name']}.{key}", value=str(st[key]))
+        if e.get("edge"):  # edge findings: shown, failing only under strict
+            ET.SubElement(props, "property", name=f"{e['name']}.edge_findings", value=str(e["edge"]))
+            ET.SubElement(props, "property", name=f"{e['name']}.edge", value=edge_line(e))
+        if e["status"] == "not_judged":
+            ET.SubElement(props, "property", name=f"{e['name']}.not_judged", value=str(e.get("reason") or ""))
         for key, value in _budget_properties(e):
             ET.SubElement(props, "property", name=f"{e['name']}.{key}", value=value)
     return suite
@@ -137,7 +147,7 @@ def render_junit(doc: dict[str, Any]) -> str:
         name="gpuemu",
         tests=str(len(entries)),
         failures=str(sum(1 for e in entries if e["status"] == "failed")),
-        errors=str(sum(1 for e in entries if e["status"] == "error")),
+        errors=str(sum(1 for e in entries if e["status"] in ("error", "not_judged"))),
         time=f"{doc.get('elapsed', 0):.3f}",
     )
     ops = _suite(root, "gpuemu.ops", doc["ops"], doc)

@@ -7,9 +7,17 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .text import WORD, _err
+from .text import WORD, _err, edge_line
 
-ICON = {"passed": "✅", "failed": "❌", "error": "💥", "not_run": "⏸️", "cancelled": "⏹️"}
+ICON = {
+    "passed": "✅",
+    "failed": "❌",
+    "edge": "⚠️",
+    "not_judged": "❔",
+    "error": "💥",
+    "not_run": "⏸️",
+    "cancelled": "⏹️",
+}
 _SPECIAL = re.compile(r"([\\`*_\[\]|<>~])")
 
 
@@ -29,17 +37,24 @@ def render_markdown(doc: dict[str, Any], *, show: int = 3, replay_prefix: str = 
     s = doc["summary"]
     lines = [
         f"### gpuemu-ls: {WORD.get(doc['status'], doc['status'])} "
-        f"({s.get('passed', 0)} passed, {s.get('failed', 0)} failed, {s.get('error', 0)} errors, "
-        f"{s.get('not_run', 0)} not run; {doc.get('mode')}, seed {doc.get('seed')})",
+        f"({s.get('passed', 0)} passed, "
+        + (f"{s['edge']} with edge findings only, " if s.get("edge") else "")
+        + f"{s.get('failed', 0)} failed, {s.get('error', 0)} errors, "
+        + (f"{s['not_judged']} not judged, " if s.get("not_judged") else "")
+        + f"{s.get('not_run', 0)} not run; {doc.get('mode')}, seed {doc.get('seed')})",
         "",
         "| | name | verdict | cases | diagnosis |",
         "|---|---|---|---|---|",
     ]
     for e in doc["ops"]:
         cases = f"{e.get('passed', 0)}/{e.get('cases', 0)}"
+        said = e.get("diagnosis") or ""
+        if e.get("edge"):
+            said = f"{said} {edge_line(e)}".strip()
+        if e["status"] == "not_judged" and e.get("reason"):
+            said = f"{said} {e['reason']}".strip()
         lines.append(
-            f"| {ICON.get(e['status'], '')} | {_md(e['name'])} | {_md(e.get('message', ''))} | {cases} "
-            f"| {_md(e.get('diagnosis') or '')} |"
+            f"| {ICON.get(e['status'], '')} | {_md(e['name'])} | {_md(e.get('message', ''))} | {cases} | {_md(said)} |"
         )
     for k in doc["kernels"]:
         lines.append(f"| {ICON.get(k['status'], '')} | {_md(k['name'])} (kernel) | {_md(k.get('summary', ''))} | | |")
@@ -49,8 +64,9 @@ def render_markdown(doc: dict[str, Any], *, show: int = 3, replay_prefix: str = 
         for f in e["failures"][:show]:
             shapes = " ".join(f"{n}={v}" for n, v in f["shapes"].items())
             replay = f["replay"] if not replay_prefix else f["replay"].replace("gpuemu ", f"gpuemu {replay_prefix} ", 1)
+            edge = "edge finding: " if f.get("tier") == "edge" else ""
             lines.append(
-                f"- seed {f['seed']}, {f['dtype']} {_md(shapes)}, {f['layout']}, {f['distribution']}: "
+                f"- {edge}seed {f['seed']}, {f['dtype']} {_md(shapes)}, {f['layout']}, {f['distribution']}: "
                 f"{_md(_err(f))}  \n  replay: {_code(replay)}"
             )
         more = e.get("failures_total", len(e["failures"])) - min(show, len(e["failures"]))

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..lines import KIND_TEXT
-from .text import failure_text
+from .text import edge_line, failure_text
 
 INFO_URI = "https://pypi.org/project/gpuemu-ls/"
 
@@ -75,10 +75,16 @@ def render_sarif(doc: dict[str, Any]) -> str:
             if x
         ]
         by_kind: dict[str, list[dict[str, Any]]] = {}
-        for f in e["failures"]:
-            by_kind.setdefault(f["kind"], []).append(f)
+        for f in e["failures"]:  # an edge finding is a warning of its own rule (an error when strict fails it)
+            by_kind.setdefault("edge-finding" if f.get("tier") == "edge" else f["kind"], []).append(f)
         if not by_kind:
-            kind = "not-run" if e["status"] == "not_run" else (e.get("setup_error") or {}).get("kind", "error")
+            kind = (
+                "not-run"
+                if e["status"] == "not_run"
+                else "not-judged"
+                if e["status"] == "not_judged"
+                else (e.get("setup_error") or {}).get("kind", "error")
+            )
             rid = f"gpuemu/{kind}"
             results.append(
                 {
@@ -87,7 +93,7 @@ def render_sarif(doc: dict[str, Any]) -> str:
                         rid, KIND_TEXT.get(kind, kind), "warning" if e["status"] == "not_run" else "error"
                     ),
                     "level": "warning" if e["status"] == "not_run" else "error",
-                    "message": {"text": f"op {e['name']}: {e.get('message', '')}"[:2000]},
+                    "message": {"text": f"op {e['name']}: {e.get('reason') or e.get('message', '')}"[:2000]},
                     "locations": [primary] if primary else [],
                     "relatedLocations": related,
                     "partialFingerprints": {"gpuemuOp/v1": f"{e['name']}:{kind}"},
@@ -98,8 +104,13 @@ def render_sarif(doc: dict[str, Any]) -> str:
         for kind, fails in by_kind.items():
             f = fails[0]
             rid = f"gpuemu/{kind}"
-            text = f"op {e['name']}: {KIND_TEXT.get(kind, kind)} in {len(fails)} case(s). " + failure_text(e["name"], f)
-            if e.get("diagnosis"):
+            edge = kind == "edge-finding"
+            level = "error" if not edge or e.get("strict") else "warning"
+            what = "edge finding" if edge else KIND_TEXT.get(kind, kind)
+            text = f"op {e['name']}: {what} in {len(fails)} case(s). " + failure_text(e["name"], f)
+            if edge:
+                text += f"\n{edge_line(e)}"
+            elif e.get("diagnosis"):
                 text += f"\nDiagnosis: {e['diagnosis']}"
             loc = primary
             if f.get("file") and f.get("line"):
@@ -107,8 +118,8 @@ def render_sarif(doc: dict[str, Any]) -> str:
             results.append(
                 {
                     "ruleId": rid,
-                    "ruleIndex": rules.get(rid, KIND_TEXT.get(kind, kind), "error"),
-                    "level": "error",
+                    "ruleIndex": rules.get(rid, what, "warning" if edge else "error"),
+                    "level": level,
                     "message": {"text": text[:4000]},
                     "locations": [loc] if loc else [],
                     "relatedLocations": related,
@@ -179,7 +190,7 @@ def render_sarif(doc: dict[str, Any]) -> str:
                 "results": results,
                 "invocations": [
                     {
-                        "executionSuccessful": doc["status"] in ("passed", "failed"),
+                        "executionSuccessful": doc["status"] in ("passed", "failed", "edge", "not_judged"),
                         "exitCode": int(doc.get("exit_code", 0)),
                     }
                 ],
