@@ -418,7 +418,11 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     if case.status == "passed":
         print("PASSED: op and reference agree on these inputs")
     else:
-        print(f"{'FAILED' if case.status == 'failed' else 'ERROR'} [{case.kind}]: {case.message.splitlines()[0]}")
+        word = {"failed": "FAILED", "edge": "EDGE FINDING"}.get(case.status, "ERROR")
+        print(f"{word} [{case.kind}]: {case.message.splitlines()[0]}")
+        if case.tier == "edge" and case.edge:
+            verdict = "failing: strict = true" if case.status == "failed" else "not a bug (strict = true fails it)"
+            print(f"  edge finding: {case.edge.get('text', '')}; {verdict}")
         if case.status == "error" and len(case.message.splitlines()) > 1:
             print("  " + "\n  ".join(case.message.splitlines()[1:][-15:]))
         if case.file:
@@ -484,6 +488,7 @@ def cmd_failures(args: argparse.Namespace) -> int:
         rows = store.cases(op=args.op, since=since, not_passed=True)
     else:
         rows = store.latest_failures(args.op)
+    failing = [r for r in rows if r["status"] != "edge"]  # edge findings are listed, but fail nothing
     if args.format == "json":
         out = []
         for r in rows:
@@ -493,7 +498,7 @@ def cmd_failures(args: argparse.Namespace) -> int:
             d["replay"] = replay_command(r["op"], r["seed"], cfg.root, Path.cwd())
             out.append(d)
         print(json.dumps({"schema": 1, "failures": out}, indent=2, default=str))
-        return listed if rows else EXIT_OK
+        return listed if failing else EXIT_OK
     if not rows:
         print(
             "no failures stored"
@@ -503,8 +508,10 @@ def cmd_failures(args: argparse.Namespace) -> int:
         return EXIT_OK
     for r in rows:
         print(row_line(r, cfg.root, Path.cwd()))
-    print(f"{len(rows)} failing cases")
-    return listed
+    edges = len(rows) - len(failing)
+    more = f", {edges} edge finding{'s' * (edges != 1)} (not failing)" if edges else ""
+    print(f"{len(failing)} failing cases{more}")
+    return listed if failing else EXIT_OK
 
 
 def cmd_ops(args: argparse.Namespace) -> int:

@@ -12,7 +12,7 @@ import numpy as np
 
 from ..engine.cases.plan import CaseSpec
 from ..engine.errors import GpuemuError
-from ..engine.oracle.outcome import CaseResult
+from ..engine.oracle.outcome import PASSING_VERDICTS, CaseResult
 from ..engine.report.lines import KIND_TEXT, case_line, replay_command
 
 #: Seeds at or above this name cases whose inputs the user supplied (``validate_op``), not generated ones.
@@ -168,7 +168,8 @@ class ValidationResult(_Verdict):
 
     @property
     def passed(self) -> bool:
-        return self.status == "passed"
+        """Nothing wrong in what was judged: passed, or edge findings only (they fail only under strict)."""
+        return self.status in PASSING_VERDICTS
 
     @property
     def case(self) -> CaseResult | None:
@@ -226,9 +227,14 @@ class FuzzResult(_Verdict):
         return sum(1 for c in self.cases if c.status == "error")
 
     @property
+    def edges(self) -> int:
+        """Edge findings (shown; failing only under strict)."""
+        return sum(1 for c in self.cases if c.tier == "edge")
+
+    @property
     def ok(self) -> bool:
-        """Every planned case ran and passed (an op with no case is never ok)."""
-        return self.status == "passed"
+        """Every planned case ran and passed or was an edge finding (an op with no case is never ok)."""
+        return self.status in PASSING_VERDICTS
 
     def __bool__(self) -> bool:
         return self.ok
@@ -239,6 +245,8 @@ class FuzzResult(_Verdict):
             parts.append(f"{self.failed} failed")
         if self.errors:
             parts.append(f"{self.errors} errors")
+        if self.edges:
+            parts.append(f"{self.edges} edge findings")
         if self.stopped:
             parts.append(f"stopped: {self.stopped}")
         err = f"   max abs err {self.max_diff:.3g}" if self.max_diff is not None else ""

@@ -22,6 +22,9 @@ from ..engine.oracle.outcome import CaseResult
 from ..engine.store.db import Store
 from .replay import stored_comparisons
 
+#: Op verdicts that decide a run's status, worst first (edge findings alone leave it passed).
+_WORST_FIRST = ("failed", "error", "not_judged", "not_run")
+
 
 def case_from_row(row: dict[str, Any]) -> CaseResult | None:
     """A stored case as a :class:`CaseResult` (without its snapshot), or None if its spec was not kept."""
@@ -44,6 +47,8 @@ def case_from_row(row: dict[str, Any]) -> CaseResult | None:
         from_snapshot=bool(row.get("from_snapshot")),
         features=detail.get("features") or {},
         tolerance=tuple(tol) if tol else None,
+        tier=detail.get("tier"),
+        edge=detail.get("edge"),
     )
 
 
@@ -98,14 +103,14 @@ def finish_shared_run(store: Store, config: Config, run_id: str, *, mode: str, s
     """Final verdicts of every op with cases in the run, then the run's status; returns it."""
     ops = sorted({r["op"] for r in store.query("SELECT DISTINCT op FROM cases WHERE run_id = ?", (run_id,))})
     statuses = {store_verdict(store, config, run_id, op, mode=mode, source=source) for op in ops}
-    status = next((s for s in ("failed", "error", "not_run") if s in statuses), "passed" if statuses else "not_run")
+    status = next((s for s in _WORST_FIRST if s in statuses), "passed" if statuses else "not_run")
     store.finish_run(run_id, status)
     return status
 
 
 def run_status(store: Store, run_id: str) -> str:
     statuses = {r["status"] for r in store.query("SELECT status FROM op_results WHERE run_id = ?", (run_id,))}
-    return next((s for s in ("failed", "error", "not_run") if s in statuses), "passed" if statuses else "not_run")
+    return next((s for s in _WORST_FIRST if s in statuses), "passed" if statuses else "not_run")
 
 
 __all__ = ["case_from_row", "ensure_run", "finish_shared_run", "run_status", "store_verdict"]

@@ -741,12 +741,15 @@ def _out_of_range(
     if info is not None and ev.sens is not None:
         s = np.asarray(ev.sens[idx], dtype=np.float64).ravel()
         nonfinite_o = nan_o | inf_o
+        # partial sums live in the accumulator (float32 for 16- and 32-bit outputs): a float16 output whose
+        # terms sum past 65504 in magnitude is no excuse for a kernel that overflows a float16 accumulator
+        top = dt.accumulation_info(info.name).overflow_threshold
         if ev.eps > 0:  # the terms' magnitudes reach the range: some order of summation overflows
             reach = np.where(np.isfinite(s), s, np.inf) / ev.eps
-            out |= bad & finite_r & nonfinite_o & (reach >= info.overflow_threshold)
+            out |= bad & finite_r & nonfinite_o & (reach >= top)
         if ev.mag is not None:  # the reference on |inputs|: for sums of products, the largest partial sum
             m = np.asarray(ev.mag[idx], dtype=np.float64).ravel()
-            out |= bad & finite_r & nonfinite_o & np.isfinite(m) & (np.abs(m) >= info.overflow_threshold)
+            out |= bad & finite_r & nonfinite_o & np.isfinite(m) & (np.abs(m) >= top)
     if ev.near is not None:  # the reference overflows once the inputs are doubled: the range's edge
         edge = np.asarray(ev.near[idx], dtype=np.float64).ravel()
         out |= bad & finite_r & (nan_o | inf_o) & ~np.isfinite(edge)
