@@ -561,7 +561,7 @@ class Client:
             cases.append(result)
             if on_case is not None:
                 on_case(result, i + 1, len(specs))
-            if fail_fast and result.status != "passed":
+            if fail_fast and result.status not in ("passed", "edge"):
                 stopped = "fail-fast"
                 break
         probe = lambda base, changes: self._run_one(ctx, variant_spec(op, base, changes), None)  # noqa: E731

@@ -31,7 +31,7 @@ class Failure:
 
     op: str
     seed: int
-    status: str  # failed | error
+    status: str  # failed | edge | error
     kind: str | None
     dtype: str
     shapes: dict[str, list[int]]
@@ -47,6 +47,8 @@ class Failure:
     replay: str
     api_replay: str
     client_side: bool = False
+    tier: str | None = None  # a wrong answer's tier: "bug" or "edge" (an edge finding, failing only under strict)
+    edge: dict[str, Any] | None = None  # an edge finding's reasons, threshold and text
     case: CaseResult | None = field(default=None, repr=False, compare=False)
 
     @classmethod
@@ -71,6 +73,8 @@ class Failure:
             replay=replay_command(c.op, c.seed, root, cwd or Path.cwd()),
             api_replay=api_replay(c.op, c.seed, root),
             client_side=client_side,
+            tier=c.tier,
+            edge=c.edge,
             case=c,
         )
 
@@ -94,6 +98,8 @@ class Failure:
             "seed": self.seed,
             "status": self.status,
             "kind": self.kind,
+            "tier": self.tier,
+            "edge": self.edge,
             "dtype": self.dtype,
             "shapes": self.shapes,
             "dims": self.dims,

@@ -299,7 +299,7 @@ def test_json_report_written_to_a_file(buggy, tmp_path: Path) -> None:
     out = gpuemu("test", "--format", "json", "--output", str(report), cwd=root)
     assert out.returncode == 1
     doc = json.loads(report.read_text())
-    assert doc["schema"] == 1 and doc["status"] == "failed"
+    assert doc["schema"] == 2 and doc["status"] == "failed"
     ops = {o["name"]: o for o in doc["ops"]}
     assert ops["good"]["status"] == "passed" and ops["good"]["cases"] == ops["good"]["passed"] == 12
     scale = ops["scale"]

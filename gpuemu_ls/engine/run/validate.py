@@ -266,7 +266,7 @@ def run_op(
         i = len(outcome.cases) - 1
         if options.on_case:
             options.on_case(op.name, result, i + 1, len(specs))
-        if options.fail_fast and result.status != "passed":
+        if options.fail_fast and result.status not in ("passed", "edge"):  # an edge finding fails nothing
             outcome.stopped = "fail-fast"
             break
         if lost_in_a_row >= MAX_CONSECUTIVE_LOST and i + 1 < len(specs):
