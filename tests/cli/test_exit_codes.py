@@ -63,7 +63,37 @@ def slow(x):
 
 def ref(x):
     return x
+
+
+def rms(x):
+    with np.errstate(all="ignore"):
+        xf = np.asarray(x, dtype=np.float32)
+        return (xf / np.sqrt((xf * xf).mean(axis=-1, keepdims=True) + np.float32(1e-6))).astype(x.dtype)
+
+
+def rms_ref(x):
+    x = x.astype(np.float64)
+    return x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + 1e-6)
+
+
+def nan_ref(x):
+    return np.full(x.shape, np.nan)
 """
+#: an op whose only failures are edge findings: boundary values square past float32 in any kernel
+EDGE_OP = (
+    '\n[[ops]]\nname = "edgy"\nmodule = "ops:rms"\nreference = "ops:rms_ref"\ndistributions = ["boundary"]\n'
+    "[ops.dims]\nB = [4]\nN = [16]\n"
+)
+#: an op whose reference is NaN everywhere: nothing can be judged
+NAN_REF_OP = '\n[[ops]]\nname = "nanref"\nmodule = "ops:good"\nreference = "ops:nan_ref"\n'
+
+
+def _append(block: str) -> Callable[[Path], None]:
+    def prepare(root: Path) -> None:
+        with (root / "gpuemu.toml").open("a", encoding="utf-8") as fh:
+            fh.write(block)
+
+    return prepare
 KERNEL_CU = 'extern "C" __global__ void twice(float* x) { x[threadIdx.x] *= 2.0f; }\n'
 KERNEL_TOML = '\n[[kernels]]\nname = "twice"\nsource = "twice.cu"\n[kernels.artifact_checks]\nmax_registers = {}\n'
 
@@ -150,6 +180,11 @@ SCENARIOS = [
     Scenario("gpuemu test", 0, ("gpuemu", "test", "--op", "good")),
     Scenario("gpuemu test", 1, ("gpuemu", "test", "--op", "bad")),
     Scenario("gpuemu test", 2, ("gpuemu", "test", "--op", "nosuch")),
+    # edge findings only pass, unless --strict; an op that judged nothing never passes
+    Scenario("gpuemu test", 0, ("gpuemu", "test", "--op", "edgy"), prepare=_append(EDGE_OP)),
+    Scenario("gpuemu test", 1, ("gpuemu", "test", "--op", "edgy", "--strict"), prepare=_append(EDGE_OP)),
+    Scenario("gpuemu test", 1, ("gpuemu", "test", "--op", "nanref"), prepare=_append(NAN_REF_OP)),
+    Scenario("gpuemu-ls --check", 1, ("gpuemu-ls", "--check", "--op", "nanref"), prepare=_append(NAN_REF_OP)),
     Scenario("gpuemu fuzz", 0, ("gpuemu", "fuzz", "--op", "good", "--iterations", "3")),
     Scenario("gpuemu fuzz", 1, ("gpuemu", "fuzz", "--op", "bad", "--iterations", "3")),
     Scenario("gpuemu fuzz", 2, ("gpuemu", "fuzz", "--op", "good", "--dtype", "float16")),

@@ -107,6 +107,10 @@ def row_sum_ref(x):
     return x.astype(np.float64).sum(axis=-1)
 
 
+def nan_ref(x):
+    return np.full(x.shape[:-1], np.nan)
+
+
 def sumsq_half(x):
     xh = np.asarray(x, dtype=np.float16)
     with np.errstate(all="ignore"):
@@ -297,6 +301,15 @@ def test_a_nan_that_leaks_into_a_row_whose_reference_is_finite_is_a_bug(cfg: Con
     x = np.array([[1.0, np.nan, 2.0, 0.5], [1.0, 2.0, 3.0, 4.0]], dtype=np.float32)
     r = case(cfg, "row_sum", x, module="tier_ops:row_sum_leaks_nan")
     assert r.status == "failed" and r.tier == "bug", (r.status, r.message)
+
+
+def test_a_tier_case_that_judged_nothing_is_no_evidence(cfg: Config) -> None:
+    # a reference that returns NaN everywhere: with NaN inputs its NaN must be matched; the tier case (finite
+    # inputs) judges nothing at all, so it cannot excuse the failure
+    x = np.array([[1.0, np.nan, 2.0, 0.5], [1.0, 2.0, 3.0, 4.0]], dtype=np.float32)
+    r = case(cfg, "row_sum", x, reference="tier_ops:nan_ref")
+    assert r.status == "failed" and r.tier == "bug", (r.status, r.message)
+    assert r.features["tier_case"]["status"] == "passed"  # vacuously: every element the reference's NaN
 
 
 def test_an_exact_op_has_no_propagation_convention(cfg: Config) -> None:

@@ -285,7 +285,7 @@ def _tiered(
     again = run_case(ctx, spec, tamed.inputs, tiering=False)
     result.durations["tier"] = time.perf_counter() - started
     result.features["tier_case"] = {"status": again.status, "kind": again.kind, "replaced": tamed.big + tamed.nonfinite}
-    if again.status != "passed" or not explained(tamed, failing_refs):
+    if again.status != "passed" or not explained(tamed, failing_refs) or not _judged_where_failed(result, again):
         return result
     worst = result.worst()
     result.tier = "edge"
@@ -316,6 +316,27 @@ def run_case_guarded(
     except Exception as exc:  # a bug in the engine itself: report it, keep serving
         message = f"gpuemu internal error: {exc}\n{traceback.format_exc()}"
         return CaseResult(spec.op, spec.seed, spec, "error", "internal_error", message, snapshot=kept)
+
+
+def _judged_where_failed(result: CaseResult, again: CaseResult) -> bool:
+    """Whether the tier case judged every element that failed: a tier case "passes" vacuously where its own
+    elements are out of range or the reference's NaN (a reference that returns NaN everywhere), which is no
+    evidence that the failure was the edge's doing."""
+    for c in result.comparisons:
+        if c.passed:
+            continue
+        t = next((x for x in again.comparisons if x.output == c.output), None)
+        if t is None:
+            return False
+        if t.excused is None:
+            continue  # nothing excused there: every element judged
+        if c.mask is None or c.mask.shape != t.excused.shape:
+            if t.out_of_range or t.suspect_nan:
+                return False
+            continue
+        if bool((t.excused & c.mask).any()):
+            return False
+    return True
 
 
 def _dtype_name(dtype: np.dtype) -> str:
