@@ -133,8 +133,14 @@ describe("stateToOutcome (gpuemu/opState -> test results)", () => {
     assert.match(o.output ?? "", /PASS softmax_tail_mask_ok \(16 cases\)/);
   });
 
-  it("never reports not_run, error or errored as passed", () => {
-    for (const state of ["not_run", "error", "errored"]) {
+  it("passes an op with edge findings only, and says EDGE", () => {
+    const o = stateToOutcome({ ...states.passed, state: "edge", message: "48/50 passed, 2 edge findings" });
+    assert.deepEqual([o.type, o.terminal], ["passed", true]);
+    assert.match(o.output ?? "", /^EDGE softmax_tail_mask_ok .*2 edge findings/);
+  });
+
+  it("never reports not_run, not_judged, error or errored as passed", () => {
+    for (const state of ["not_run", "not_judged", "error", "errored"]) {
       const o = stateToOutcome({ ...states.passed, state, message: "", failures: [] });
       assert.equal(o.type, "errored", state);
       assert.ok(o.messages.length === 1);
@@ -206,6 +212,8 @@ describe("formatFailure", () => {
 describe("statusSummary (status bar)", () => {
   it("says what it counts: running N of M ops, N of M ops failed, M ops passed", () => {
     assert.equal(statusSummary(["passed", "passed"]).text, "$(pass) gpuemu: 2 ops passed");
+    assert.equal(statusSummary(["passed", "edge"]).text, "$(pass) gpuemu: 2 ops passed");
+    assert.equal(statusSummary(["passed", "not_judged"]).text, "$(error) gpuemu: 1 of 2 ops failed");
     assert.equal(statusSummary(["passed", "unknown"]).text, "$(beaker) gpuemu: idle");
     assert.equal(statusSummary([]).text, "$(beaker) gpuemu: idle");
     assert.equal(statusSummary(["passed", "running", "queued", "failed"]).text, "$(sync~spin) gpuemu: running 2 of 4 ops");
