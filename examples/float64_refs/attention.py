@@ -54,6 +54,11 @@ def _load_bias(bias, start_m, start_n):
     return tile
 
 
+def _scores(q_t, k_t, bias, scale, start_m, start_n):
+    """Scaled scores of one (query block, key block) pair plus the bias tile, float32."""
+    return (q_t @ k_t.transpose(1, 2)) * scale + _load_bias(bias, start_m, start_n)
+
+
 def _attention_kernel(q, k, v, bias, guard_empty_rows):
     b, h, s, d = q.shape
     qh, kh, vh = (t.reshape(b * h, s, d) for t in (q, k, v))  # logical view per head
@@ -61,20 +66,18 @@ def _attention_kernel(q, k, v, bias, guard_empty_rows):
     scale = 1.0 / math.sqrt(d)
     for start_m in range(0, s, BLOCK_M):
         q_t = _load_rows(qh, start_m, BLOCK_M)
-
-        def scores(start_n, k_t):
-            return (q_t @ k_t.transpose(1, 2)) * scale + _load_bias(bias, start_m, start_n)
-
         # pass 1: the row max of the masked scores
         m_i = torch.full((b * h, BLOCK_M), NEG_INF, dtype=torch.float32)
         for start_n in range(0, s, BLOCK_N):
-            m_i = torch.maximum(m_i, scores(start_n, _load_rows(kh, start_n, BLOCK_N)).amax(dim=2))
+            s_t = _scores(q_t, _load_rows(kh, start_n, BLOCK_N), bias, scale, start_m, start_n)
+            m_i = torch.maximum(m_i, s_t.amax(dim=2))
         m_safe = torch.where(m_i == NEG_INF, torch.zeros_like(m_i), m_i)  # a fully masked row shifts by 0
         # pass 2: exp, row sum and p @ v, all float32
         l_i = torch.zeros((b * h, BLOCK_M), dtype=torch.float32)
         acc = torch.zeros((b * h, BLOCK_M, d), dtype=torch.float32)
         for start_n in range(0, s, BLOCK_N):
-            p = torch.exp(scores(start_n, _load_rows(kh, start_n, BLOCK_N)) - m_safe[:, :, None])
+            s_t = _scores(q_t, _load_rows(kh, start_n, BLOCK_N), bias, scale, start_m, start_n)
+            p = torch.exp(s_t - m_safe[:, :, None])
             l_i += p.sum(dim=2)
             acc += p @ _load_rows(vh, start_n, BLOCK_N)
         if guard_empty_rows:

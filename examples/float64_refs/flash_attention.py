@@ -67,10 +67,8 @@ def _flash_kernel(q, k, v, bias, check_inf):
                 v_t = _load_rows(vh, start_n, BLOCK_N)
                 scores = (q_t @ k_t.transpose(0, 2, 1)) * sm_scale + _load_bias(bias, start_m, start_n)
                 m_new = np.maximum(m_i, scores.max(axis=2))
-                if check_inf:
-                    shift = np.where(m_new == -np.inf, np.float32(0), m_new)  # all keys so far masked
-                else:
-                    shift = m_new  # BUG: exp2(-inf - -inf) = NaN on a wholly masked block
+                # where every key so far is masked the shift is 0 (BUG when unguarded: exp2(-inf - -inf) = NaN)
+                shift = np.where(m_new == -np.inf, np.float32(0), m_new) if check_inf else m_new
                 p = np.exp2((scores - shift[:, :, None]) * np.float32(LOG2E))
                 alpha = np.exp2((m_i - shift) * np.float32(LOG2E))
                 l_i = l_i * alpha + p.sum(axis=2)

@@ -53,7 +53,8 @@ def test_the_default_gate_catches_every_bug_and_passes_every_twin(tmp_path: Path
     doc = json.loads(proc.stdout)
     verdicts = {e["name"]: e["status"] for e in doc["ops"]}
     assert len(verdicts) == 16
-    wrong = {n: s for n, s in verdicts.items() if s != ("failed" if "_bug_" in n else "passed")}
+    # a correct kernel passes, or has edge findings only (overflow at the dtype's top): never failed
+    wrong = {n: s for n, s in verdicts.items() if s not in (("failed",) if "_bug_" in n else ("passed", "edge"))}
     assert not wrong, wrong
     cut = [e for e in doc["ops"] if e["budget"]]
     for e in cut:  # each op cut by work kept every coverage class, and says so

@@ -66,7 +66,9 @@ def test_bug_is_caught_and_twin_passes(buggy: dict, op: str) -> None:
     bad, twin = buggy["ops"][op], buggy["ops"][f"{op}_ok"]
     assert bad["status"] == "failed", bad["message"]
     assert bad["failed"] > 0 and bad["errors"] == 0
-    assert twin["status"] == "passed", (twin["message"], twin["failures"][:2])
+    assert any(f["tier"] == "bug" for f in bad["failures"]), bad["failures"][:2]  # a bug, not only edge findings
+    # a correct twin passes: edge findings (overflow at the dtype's top, which every kernel has) never fail it
+    assert twin["status"] in ("passed", "edge") and twin["failed"] == 0, (twin["message"], twin["failures"][:2])
     assert twin["cases"] == bad["cases"] > 0
 
 
@@ -82,7 +84,7 @@ def test_quick_mode_catches_every_bug_too(tmp_path: Path, seed: int) -> None:
     ops = {e["name"]: e for e in json.loads(proc.stdout)["ops"]}
     status = {name: e["status"] for name, e in ops.items()}
     assert {op: status[op] for op in BUGGY} == dict.fromkeys(BUGGY, "failed")
-    assert {f"{op}_ok": status[f"{op}_ok"] for op in BUGGY} == {f"{op}_ok": "passed" for op in BUGGY}
+    assert {f"{op}_ok" for op in BUGGY if status[f"{op}_ok"] not in ("passed", "edge")} == set()
     wrong = [
         f"{op}: {ops[op]['diagnosis']}"
         for op, stated in QUICK.items()
@@ -137,7 +139,8 @@ def test_quickstart_passes_through_the_gate(tmp_path: Path) -> None:
     proc = check(str(ws), "--format", "json", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     doc = json.loads(proc.stdout)
-    assert doc["status"] == "passed" and doc["summary"]["ops"] >= 4
+    assert doc["status"] in ("passed", "edge") and doc["summary"]["ops"] >= 4
+    assert doc["summary"]["failed"] == doc["summary"]["error"] == doc["summary"]["not_judged"] == 0
     styles = {(e["source"] or {}).get("file", "").endswith(".py") for e in doc["ops"]}
     assert styles == {True}
 

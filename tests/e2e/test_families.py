@@ -79,11 +79,13 @@ def _misbehaving(ops: dict[str, dict[str, Any]], correct: list[str], buggy: list
     bad = []
     for op in correct:
         e = ops[op]
-        if e["status"] != "passed" or e["cases"] == 0 or e["errors"]:
+        # edge findings (only at the dtype's top, where every kernel's accumulator overflows) never fail it
+        if e["status"] not in ("passed", "edge") or e["cases"] == 0 or e["errors"]:
             bad.append("CORRECT KERNEL NOT PASSED - " + _explain(e))
     for op in buggy:
         e = ops[op]
-        if e["status"] != "failed" or e["failed"] == 0 or e["errors"]:
+        bugs = [f for f in e.get("failures", []) if f.get("tier") == "bug"]
+        if e["status"] != "failed" or e["failed"] == 0 or e["errors"] or not bugs:
             bad.append(f"BUG NOT CAUGHT (shows when {EXPECTED[op]['condition']}) - " + _explain(e))
     return bad
 
