@@ -1,7 +1,8 @@
 """Benchmarks 9-10: what trustworthy verdicts cost, side by side in one run, in process (no workers).
 
-#9  confirmation cases: the whole thorough run of ``examples/buggy`` (every case of every op) plus the
-    diagnosis' confirmation cases of its failing ops, against the same run without them.
+#9  extra cases of a verdict: the whole thorough run of ``examples/buggy`` (every case of every op) with the
+    tier cases of its failing cases (oracle/tier.py) and the diagnosis' confirmation cases of its failing
+    ops, against the same run with neither.
 #10 out-of-range checks: every case of the correct kernels of ``examples/families``, with the extra
     reference evaluations that decide out of range (working precision, doubled inputs, magnitudes)
     against the same cases with those evaluations off.
@@ -40,16 +41,22 @@ def confirmation_cost(quick: bool) -> dict[str, Any]:
     root = EXAMPLES / "buggy"
     cfg = load_config(root)
     iterations = 12 if quick else None
-    run_t = probe_t = 0.0
-    probes = cases = failing = 0
+    run_t = probe_t = bare_t = tier_t = 0.0
+    probes = cases = failing = tiers = 0
     for op in cfg.ops:
         _, ctx = _context(root, op.name)
         specs = plan_op(cfg, op, "thorough", iterations, None)
         t0 = time.perf_counter()
+        for s in specs:
+            run_case(ctx, s, tiering=False)
+        bare_t += time.perf_counter() - t0
+        t0 = time.perf_counter()
         results = [run_case(ctx, s) for s in specs]
         run_t += time.perf_counter() - t0
+        tiers += sum(1 for r in results if "tier_case" in r.features)
+        tier_t += sum(float(r.durations.get("tier", 0.0)) for r in results)
         cases += len(results)
-        if any(r.status != "passed" for r in results):
+        if any(r.bug or r.status == "error" for r in results):
             failing += 1
             t0 = time.perf_counter()
             ran = confirm(
@@ -57,21 +64,24 @@ def confirmation_cost(quick: bool) -> dict[str, Any]:
             )
             probe_t += time.perf_counter() - t0
             probes += len(ran)
-    ratio = (run_t + probe_t) / run_t
-    share = probes / cases
+    ratio = (run_t + probe_t) / bare_t
+    share = (probes + tiers) / cases
     return result(
         9,
-        "thorough run of examples/buggy with the diagnosis' confirmation cases vs the same run without them "
-        "(time; the bound is on cases and input elements, which keeps diagnoses machine-independent)",
+        "thorough run of examples/buggy with the tier cases and the diagnosis' confirmation cases vs the same "
+        "run with neither (time; the bound is on cases and input elements, which keeps verdicts machine-independent)",
         ratio,
         "x",
-        "<= 16 cases per failing op and <= 20 % of the run's cases",
+        "<= 16 confirmation cases per failing op and <= 20 % of the run's cases with the tier cases",
         probes <= 16 * failing and share <= 0.2,
         cases=cases,
         failing_ops=failing,
         confirmation_cases=probes,
-        confirmation_share_of_cases=round(share, 3),
+        tier_cases=tiers,
+        extra_share_of_cases=round(share, 3),
+        bare_s=round(bare_t, 2),
         run_s=round(run_t, 2),
+        tier_s=round(tier_t, 2),
         confirmation_s=round(probe_t, 2),
     )
 
@@ -82,7 +92,7 @@ def range_check_cost(quick: bool) -> dict[str, Any]:
     cfg = load_config(root)
     iterations = 10 if quick else None
     on_t = off_t = 0.0
-    cases = out_of_range = 0
+    cases = out_of_range = tiers = edges = 0
     for op in cfg.ops:
         if "_bug_" in op.name:
             continue
@@ -98,6 +108,8 @@ def range_check_cost(quick: bool) -> dict[str, Any]:
         off_t += time.perf_counter() - t0
         cases += len(specs)
         out_of_range += sum(1 for r in checked if any(c.out_of_range for c in r.comparisons))
+        tiers += sum(1 for r in checked if "tier_case" in r.features)
+        edges += sum(1 for r in checked if r.tier == "edge")
     ratio = on_t / off_t
     return result(
         10,
@@ -108,6 +120,8 @@ def range_check_cost(quick: bool) -> dict[str, Any]:
         ratio <= 1.25,
         cases=cases,
         cases_with_out_of_range=out_of_range,
+        tier_cases=tiers,
+        edge_findings=edges,
         with_s=round(on_t, 2),
         without_s=round(off_t, 2),
     )
