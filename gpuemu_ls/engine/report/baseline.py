@@ -7,7 +7,9 @@ of other seeds or case counts are not comparable, so they are compared only when
 and a kernel whose registers, spills or local memory grew, or whose instruction counts grew beyond
 the threshold. Error growth below a noise floor (the current max error under 10% of its tolerance)
 is not a regression: an error that far inside tolerance says nothing about the kernel, and counting
-it would make the gate flaky.
+it would make the gate flaky. A baseline records the tolerance rule its errors were measured under
+(``tolerance_rule``; absent in baselines written before the half-precision atol scaled): errors measured
+under another rule are not compared, and an op with edge findings only counts as passing on both sides.
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from ..._version import __version__
-from ..config.model import Config
+from ..config.model import TOLERANCE_RULE, Config
 from ..errors import UsageError
+from ..oracle.outcome import PASSING_VERDICTS
 from ..private_files import check_name, write_private
 
 BASELINE_DIR = "gpuemu-baselines"
@@ -66,6 +69,7 @@ def from_document(doc: dict[str, Any], tag: str) -> dict[str, Any]:
         "tool": f"gpuemu-ls {__version__}",
         "mode": doc.get("mode"),
         "seed": doc.get("seed"),
+        "tolerance_rule": TOLERANCE_RULE,
         "ops": dict(sorted(ops.items())),
         "kernels": dict(sorted(kernels.items())),
     }
@@ -111,7 +115,7 @@ def regressions(doc: dict[str, Any], baseline: dict[str, Any], threshold: float)
         if old is None:
             continue
         stats = e.get("stats") or {}
-        if old["status"] == "passed" and e["status"] != "passed":
+        if old["status"] in PASSING_VERDICTS and e["status"] not in PASSING_VERDICTS:
             out.append(
                 {
                     "kind": "op",
@@ -130,6 +134,8 @@ def regressions(doc: dict[str, Any], baseline: dict[str, Any], threshold: float)
         ).get("seeds_hash")
         if not same_cases:
             continue  # other cases (another seed, mode or count): their errors differ without a regression
+        if baseline.get("tolerance_rule") != TOLERANCE_RULE:
+            continue  # errors against another tolerance rule (max_ratio's denominator) are not comparable
         if (
             isinstance(cur, (int, float))
             and isinstance(base, (int, float))
