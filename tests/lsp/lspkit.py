@@ -41,7 +41,7 @@ CAPABILITIES = {"vscode": "visual-studio-code", "neovim": "neovim"}
 #: init options that keep every run small: quick mode, a handful of cases, fast store polling; no first run of
 #: every op when the workspace opens (tests/lsp/test_first_run.py turns it on where it is the subject)
 FAST: dict[str, Any] = {"mode": "quick", "iterations": 6, "pollStoreSeconds": 0.3, "runOnOpen": "off"}
-FINAL_STATES = {"passed", "failed", "error", "not_run", "cancelled", "errored"}
+FINAL_STATES = {"passed", "failed", "edge", "not_judged", "error", "not_run", "cancelled", "errored"}
 DEFAULT_TIMEOUT = 60.0
 
 

@@ -302,3 +302,54 @@ async def test_diagnostics_at_startup(editor: Any, buggy_ws: Any, workspace: Any
     client = await editor.start(untrusted, {**FAST, "trusted": False})
     diags = await client.wait_diagnostics(untrusted / "gpuemu.toml", bool, timeout=3)
     assert [d.code for d in diags] == ["untrusted"]
+
+
+#: a correct rmsnorm kernel (float32 sum of squares) and a reference that converts to float64, the common way;
+#: boundary values put +-max into each row, where every float32 kernel's sum of squares overflows
+EDGE_PY = """\
+import numpy as np
+
+
+def rms(x):
+    with np.errstate(all="ignore"):
+        xf = np.asarray(x, dtype=np.float32)
+        return (xf / np.sqrt((xf * xf).mean(axis=-1, keepdims=True) + np.float32(1e-6))).astype(x.dtype)
+
+
+def rms_bug(x):
+    with np.errstate(all="ignore"):
+        xf = np.asarray(x, dtype=np.float32)
+        return (xf / np.sqrt((xf * xf).mean(axis=-1, keepdims=True) + np.float32(1e-6)) * 1.01).astype(x.dtype)
+
+
+def reference(x):
+    x = x.astype(np.float64)
+    return x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + 1e-6)
+"""
+EDGE_TOML = (
+    TINY_HEADER
+    + tiny_op("rms", "edge_ops:rms", "edge_ops:reference", extra='distributions = ["boundary"]')
+    + tiny_op("rms_bug", "edge_ops:rms_bug", "edge_ops:reference", extra='distributions = ["boundary"]')
+).replace("B = { min = 1, max = 8, default = 4 }\nN = { min = 1, max = 64, default = 16 }", "B = [4]\nN = [16]")
+
+
+async def test_an_edge_finding_is_a_warning_beside_a_bugs_error(editor: Any, workspace: Any) -> None:
+    """An edge finding is shown, as a warning with its own code and line, never as the red of a bug; the op's
+    state is edge (a pass), while a real bug in the same file stays an error with its diagnosis."""
+    root = workspace(EDGE_TOML, {"edge_ops.py": EDGE_PY})
+    src = root / "edge_ops.py"
+    client = await editor.start(root)
+    client.save(src)
+    edge = await client.wait_op_diagnostic(src, "rms", code="edge-finding")
+    assert edge.severity == lsp.DiagnosticSeverity.Warning, edge
+    assert edge.data["tier"] == "edge" and edge.data["status"] == "edge"
+    assert "edge finding" in edge.message and "not a bug of this kernel" in edge.message
+    assert "a product of two inputs exceeds float32" in edge.message
+    assert edge.range.start.line == line_of(EDGE_PY, "def rms(x)")
+    verdicts = {"passed", "failed", "edge", "not_judged", "error"}  # a superseded first run says cancelled
+    state = await client.wait_state("rms", verdicts)
+    assert state["state"] == "edge", state
+    bug = await client.wait_op_diagnostic(src, "rms_bug", code="mismatch")
+    assert bug.severity == lsp.DiagnosticSeverity.Error and bug.data["tier"] == "bug"
+    assert "diagnosis" in bug.message
+    assert (await client.wait_state("rms_bug", verdicts))["state"] == "failed"

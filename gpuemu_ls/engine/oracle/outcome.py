@@ -196,7 +196,7 @@ class OpOutcome:
         """The op's one-line message: "38/50 passed, 12 failed (8 on NaN/inf); 212 elements out of range in 9 cases"."""
         n = len(self.cases)
         st = self.stats()
-        parts = [f"{self.count('passed')}/{n} passed"]
+        parts = [f"{self.count('passed')}/{n} passed" if self.status != "not_judged" else f"{n} cases, none judged"]
         failed = len(self.bugs)
         if failed:
             nonfinite = st["nonfinite_cases"]

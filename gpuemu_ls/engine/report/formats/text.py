@@ -122,7 +122,7 @@ def render_text(doc: dict[str, Any], *, show: int = 3, replay_prefix: str = "") 
             if e["status"] in ("passed", "edge") and isinstance(ratio, (int, float)):
                 err += f" ({ratio:.0%} of tolerance)"
         lines.append(
-            f"{WORD.get(e['status'], e['status']):8}{e['name']:24} {e['message']:40} {err:32} "
+            f"{WORD.get(e['status'], e['status']) + ' ':8}{e['name']:24} {e['message']:40} {err:32} "
             f"{e.get('elapsed', 0):6.2f} s"
         )
         se = e.get("setup_error")
