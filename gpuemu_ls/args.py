@@ -14,6 +14,7 @@ from .engine.config.keys import CONFIG_NAME, MAX_ITERATIONS, MAX_JOBS, MAX_SEED,
 from .engine.config.load import find_workspace, load_config
 from .engine.config.model import Config
 from .engine.errors import ConfigError, UsageError
+from .engine.replace_file import replace_file
 from .engine.store.db import StoreError
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
@@ -141,8 +142,8 @@ def jobs_arg(text: str) -> int | str:
 def emit(text: str, output: str | None) -> None:
     """Print ``text``, or write it to ``output``; a file that cannot be written is a usage error (exit 2)."""
     if output:
-        try:
-            Path(output).write_text(text + ("\n" if not text.endswith("\n") else ""), encoding="utf-8")
+        try:  # all or nothing: a report that fails half-way never replaces the previous one
+            replace_file(output, text + ("\n" if not text.endswith("\n") else ""))
         except OSError as exc:
             raise UsageError(f"cannot write --output {output}: {exc.strerror or exc}") from None
     else:
@@ -215,6 +216,13 @@ def guarded(prog: str, call: Callable[[], int], usage: tuple[type[Exception], ..
     """``call()``'s exit status, or the exit status of what it raised, said on stderr as ``gpuemu`` and the gate
     say it: a configuration error by its own message, ``usage`` exceptions and the store's errors after
     ``prog: error:`` (2), an interrupt (130), a reader that left the pipe (1), anything else as gpuemu's bug."""
+    for stream in (sys.stdout, sys.stderr):  # text never depends on what the terminal's encoding holds: a lone
+        reconfigure = getattr(stream, "reconfigure", None)  # surrogate or a character it lacks is escaped
+        if reconfigure is not None:
+            try:
+                reconfigure(errors="backslashreplace")
+            except (ValueError, OSError):
+                pass
     try:
         return call()
     except ConfigError as exc:

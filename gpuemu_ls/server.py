@@ -31,6 +31,7 @@ from ._version import __version__
 from .engine.config.keys import CONFIG_NAME
 from .engine.config.load import find_workspace
 from .engine.run.zygote import get_zygote
+from .engine.safe_read import read_text
 from .features.code_actions import COMMANDS
 from .features.commands import command_handler, run_requested
 from .features.diagnostics import workspace_diagnostics
@@ -228,7 +229,7 @@ class GpuemuServer(LanguageServer):
             return None
 
     def _toml_text(self, s: WorkspaceSession) -> str:
-        return self._open_text(s.config_path) or s.config_path.read_text(encoding="utf-8")
+        return self._open_text(s.config_path) or read_text(s.config_path)
 
     # --- diagnostics ---------------------------------------------------------------------------
     def publish(self, s: WorkspaceSession) -> None:
@@ -578,8 +579,8 @@ def _file_session(ls: GpuemuServer, uri: str) -> tuple[Path | None, WorkspaceSes
 
 def _read_text(path: Path) -> str | None:
     try:
-        return path.read_text(encoding="utf-8")
-    except OSError:
+        return read_text(path)
+    except (OSError, UnicodeDecodeError):
         return None
 
 

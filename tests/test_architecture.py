@@ -13,7 +13,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "gpuemu_ls"
 #: the engine's stages, in the order data flows through them (and imports may only go backwards)
 STAGES = ("config", "cases", "oracle", "store", "run", "report", "tools")
-FOUNDATIONS = ("errors", "dtypes", "private_files", "cuda")
+FOUNDATIONS = ("errors", "dtypes", "private_files", "replace_file", "safe_read", "cuda")
 FACES = ("gpuemu_ls.cli", "gpuemu_ls.gate", "gpuemu_ls.args", "gpuemu_ls.server", "gpuemu_ls.features")
 FACES += ("gpuemu_ls.session", "gpuemu_ls.api", "gpuemu_ls.pytest_plugin", "pygls", "lsprotocol")
 

@@ -31,6 +31,7 @@ from ..engine.config.load import find_workspace, load_config
 from ..engine.config.model import Config, OpConfig
 from ..engine.errors import ConfigError, Problem, UsageError
 from ..engine.oracle.outcome import OpOutcome
+from ..engine.replace_file import replace_file
 from ..engine.run import runners
 from ..engine.run.case import CaseContext, CaseResult, run_case_guarded
 from ..engine.run.confirm import make_probe, variant_spec
@@ -457,7 +458,7 @@ class Client:
         doc = document_from_store(self.config, self.store)
         text = render(doc, format)
         if path is not None:
-            Path(path).write_text(text + ("\n" if not text.endswith("\n") else ""), encoding="utf-8")
+            replace_file(path, text + ("\n" if not text.endswith("\n") else ""))
         return text
 
     # --- internals -------------------------------------------------------------------------------

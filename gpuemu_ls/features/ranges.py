@@ -12,6 +12,7 @@ from ..engine.config.model import Config, OpConfig, is_callable_ref
 from ..engine.config.modules import module_file
 from ..engine.config.tomlpos import Span
 from ..engine.errors import Problem
+from ..engine.safe_read import read_text
 
 
 def span_range(span: Span) -> lsp.Range:
@@ -109,7 +110,7 @@ def _mtime(file: Path) -> float:
 @lru_cache(maxsize=256)
 def _lines(file: str, _mtime: float) -> list[str]:
     try:
-        return Path(file).read_text(encoding="utf-8", errors="replace").splitlines()
+        return read_text(file, errors="replace").splitlines()
     except OSError:
         return []
 

@@ -18,6 +18,7 @@ from ..engine.config.load import load_config
 from ..engine.config.locations import op_files
 from ..engine.config.model import Config
 from ..engine.errors import ConfigError, Problem
+from ..engine.safe_read import read_text
 from ..engine.store.db import Store, StoreError, store_path
 
 SOURCE_SUFFIXES = (".py", ".cu", ".cuh", ".h", ".hpp", ".ptx")
@@ -82,9 +83,9 @@ class WorkspaceSession:
         saved = from_disk if saved is None else saved
         if text is None:  # read it here, so what was checked is known (didOpen compares with it)
             try:
-                text = self.config_path.read_text(encoding="utf-8")
+                text = read_text(self.config_path)
             except (OSError, UnicodeDecodeError):
-                text = None  # load_config reports it
+                text = None  # load_config reports it (a FIFO or a huge file is refused before it is read)
         try:
             config = load_config(self.root, text=text)
         except ConfigError as exc:
@@ -260,7 +261,7 @@ class WorkspaceSession:
 
 def _read(path: Path) -> str:
     try:
-        return path.read_text(encoding="utf-8", errors="replace")
+        return read_text(path, errors="replace")
     except OSError:
         return ""
 

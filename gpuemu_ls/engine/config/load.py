@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, Problem
+from ..safe_read import read_text
 from .checker import _Checker
 from .keys import CONFIG_NAME
 from .model import Config
@@ -76,7 +77,7 @@ def load_config(root: Path, *, text: str | None = None, user_config: Path | None
             raise ConfigError([Problem(why, path, hint="replace it with the workspace's gpuemu.toml")])
         try:
             _check_size(path, path.stat().st_size)
-            text = path.read_text(encoding="utf-8")
+            text = read_text(path)
         except FileNotFoundError:
             raise ConfigError(
                 [Problem(f"no {CONFIG_NAME} in {root}", path, hint="run `gpuemu init` to create one")]
@@ -87,7 +88,11 @@ def load_config(root: Path, *, text: str | None = None, user_config: Path | None
     user_path = user_config if user_config is not None else user_config_path()
     user_raw: dict[str, Any] = {}
     if user_path.is_file():
-        user_raw = _parse_checked(user_path, user_path.read_text(encoding="utf-8"), user=True)[0]
+        try:
+            user_text = read_text(user_path)
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError([Problem(f"cannot read the user configuration: {exc}", user_path)]) from None
+        user_raw = _parse_checked(user_path, user_text, user=True)[0]
     raw, checker = _parse_checked(path, text, user=False)
     merged = _deep_merge(user_raw, raw)
     return checker.build(root, path, merged)

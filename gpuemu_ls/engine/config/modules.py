@@ -8,6 +8,8 @@ import ast
 import functools
 from pathlib import Path
 
+from ..safe_read import read_text
+
 
 def module_file(root: Path, module: str) -> Path | None:
     """The file of a workspace module ``a.b`` (``a/b.py`` or ``a/b/__init__.py``), found without importing."""
@@ -20,7 +22,7 @@ def module_file(root: Path, module: str) -> Path | None:
 
 def _syntax_error_at(file: Path) -> str:
     try:
-        ast.parse(file.read_text(encoding="utf-8"), filename=str(file))
+        ast.parse(read_text(file), filename=str(file))
     except SyntaxError as exc:
         return f"{file.name}:{exc.lineno}" + (f":{exc.offset}" if exc.offset else "") + f" ({exc.msg})"
     except (OSError, UnicodeDecodeError, ValueError) as exc:
@@ -44,7 +46,7 @@ def top_level_names(file: Path) -> dict[str, int] | None:
 def _top_level_names(filename: str, _mtime_ns: int, _size: int) -> dict[str, int] | None:
     file = Path(filename)
     try:
-        tree = ast.parse(file.read_text(encoding="utf-8"), filename=str(file))
+        tree = ast.parse(read_text(file), filename=str(file))
     except (SyntaxError, OSError, UnicodeDecodeError, ValueError):
         return None
     names: dict[str, int] = {}
@@ -112,7 +114,7 @@ def imported_packages(root: Path, start: str | Path) -> frozenset[str]:
 def _imports(filename: str, _mtime_ns: int, _size: int) -> tuple[str, ...]:
     """Absolute module names a file imports anywhere in it (a kernel imported inside a function counts)."""
     try:
-        tree = ast.parse(Path(filename).read_text(encoding="utf-8"), filename=filename)
+        tree = ast.parse(read_text(filename), filename=filename)
     except (SyntaxError, OSError, UnicodeDecodeError, ValueError):
         return ()
     names: list[str] = []

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..safe_read import MAX_LINT_SOURCE_BYTES, read_text
 from .artifacts import CompiledUnit, KernelArtifacts
 from .build import BuildRequest
 from .messages import CompilerMessage
@@ -54,7 +55,8 @@ class SourceIndex:
         key = str(path)
         if key not in self._decls:
             try:
-                self._decls[key] = find_kernel_declarations(path.read_text(errors="replace"))
+                text = read_text(path, limit=MAX_LINT_SOURCE_BYTES, errors="replace")
+                self._decls[key] = find_kernel_declarations(text)
             except OSError:
                 self._decls[key] = []
         return self._decls[key]

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..safe_read import MAX_LINT_SOURCE_BYTES, read_text
 from .artifacts import CompiledUnit, build_unit
 from .cache import LintCache, cache_key, dep_records
 from .compile import assemble_ptx, compile_cuda, disassemble
@@ -118,7 +119,7 @@ def _compile(
             )
             ptx_text = compiled.ptx_text or ""
         else:
-            ptx_text = build.source.read_text(errors="replace")
+            ptx_text = read_text(build.source, limit=MAX_LINT_SOURCE_BYTES, errors="replace")
             arch = ptx_arch(build.arch, ptx_text)
             compiled = (
                 assemble_ptx(tools, build.source, work, arch=arch, flags=build.flags, timeout=timeout)

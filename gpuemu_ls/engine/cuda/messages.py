@@ -25,6 +25,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ..safe_read import MAX_LINT_SOURCE_BYTES, read_text
+
 _EDG_RE = re.compile(
     r"^(?P<file>.+?)\((?P<line>\d+)\): (?P<sev>catastrophic error|internal error|error|warning|remark)"
     r"(?: #(?P<code>[\w-]+))?: (?P<msg>.*)$"
@@ -78,7 +80,7 @@ def _caret_column(file: str, line: int, echo: str, caret: str, cache: dict[str, 
     """Column from EDG's caret line, if the echoed line is the file's line unchanged."""
     if file not in cache:
         try:
-            cache[file] = Path(file).read_text(errors="replace").splitlines()
+            cache[file] = read_text(file, limit=MAX_LINT_SOURCE_BYTES, errors="replace").splitlines()
         except OSError:
             cache[file] = []
     lines = cache[file]

@@ -24,6 +24,7 @@ from ..config.model import TOLERANCE_RULE, Config
 from ..errors import UsageError
 from ..oracle.outcome import PASSING_VERDICTS
 from ..private_files import check_name, write_private
+from ..replace_file import replace_file
 
 BASELINE_DIR = "gpuemu-baselines"
 SCHEMA = 1
@@ -89,7 +90,7 @@ def write_baseline(config: Config, path: Path, baseline: dict[str, Any]) -> Path
         return write_private(config.root, (BASELINE_DIR, path.name), data)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
+        replace_file(path, data)
     except OSError as exc:
         raise UsageError(f"cannot write baseline {path}: {exc.strerror or exc}") from None
     return path

@@ -35,7 +35,9 @@ from ..config.load import load_config
 from ..config.model import Config, OpConfig, resolve_tolerance
 from ..errors import ConfigError, UsageError
 from ..oracle.outcome import CaseResult, OpOutcome
+from ..replace_file import replace_file
 from ..run.validate import RunOptions, plan_op, run_validation
+from ..safe_read import read_text
 
 METHODS = ("p50", "p90", "p95", "p99", "max")
 DEFAULT_METHOD, DEFAULT_FACTOR = "p95", 1.5
@@ -217,9 +219,12 @@ def calibrate(
 def write_tolerances(config: Config, op: OpConfig, proposals: list[Proposal]) -> None:
     """Set ``[ops.tolerances]`` of the op in gpuemu.toml, keeping everything else byte for byte; the new
     file is checked by the same checker that reads it first, and not written if it fails."""
-    text = config.path.read_text(encoding="utf-8")
+    text = read_text(config.path)
     new = tolerance_text(config, op, proposals, text)
-    config.path.write_text(new, encoding="utf-8")
+    try:  # all or nothing: a write that fails (full disk, quota, kill) leaves gpuemu.toml as it was
+        replace_file(config.path, new)
+    except OSError as exc:
+        raise UsageError(f"cannot write {config.path}: {exc.strerror or exc}") from None
 
 
 def tolerance_text(config: Config, op: OpConfig, proposals: list[Proposal], text: str) -> str:

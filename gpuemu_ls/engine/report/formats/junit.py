@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import platform
+import re
 import xml.etree.ElementTree as ET
 from typing import Any
 
@@ -175,5 +176,32 @@ def render_junit(doc: dict[str, Any]) -> str:
                 ET.SubElement(tc, "failure", message=r["reason"][:1000], type="regression").text = r["reason"]
             else:
                 ET.SubElement(tc, "system-out").text = f"regression (not failing the run): {r['reason']}"
+    _xml_safe(root)
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+#: Terminal colour and cursor sequences (common in real exception messages): dropped whole, not left as "[31m".
+_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
+#: What XML 1.0 cannot hold at all, escaped or not: C0 controls but tab and newlines, lone surrogates,
+#: U+FFFE and U+FFFF. Each is shown as a visible escape, so no parser rejects the report.
+_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def xml_text(text: str) -> str:
+    """``text`` as XML 1.0 can hold it: ANSI sequences dropped, other forbidden characters as ``\\xNN``."""
+    return _NOT_XML.sub(
+        lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 256 else f"\\u{ord(m.group()):04x}",
+        _ANSI.sub("", text),
+    )
+
+
+def _xml_safe(root: ET.Element) -> None:
+    """Every text, tail and attribute of the tree made safe for XML 1.0 (see :func:`xml_text`)."""
+    for el in root.iter():
+        if el.text:
+            el.text = xml_text(el.text)
+        if el.tail:
+            el.tail = xml_text(el.tail)
+        for key, value in list(el.attrib.items()):
+            el.attrib[key] = xml_text(value)
