@@ -14,6 +14,7 @@ import re
 import shutil
 import stat
 import subprocess
+import sys
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -763,3 +764,34 @@ async def test_reproductions_hold_no_absolute_user_paths(tmp_path: Path) -> None
             [relkit.PY, str(f)], capture_output=True, text=True, cwd=str(tmp_path), timeout=120, env=relkit.child_env()
         )
         assert ran.returncode == 1 and "elements off tolerance" in ran.stdout + ran.stderr, ran.stdout + ran.stderr
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        'refs/x"""; open("PWNED", "w").close(); """.py',  # closes the docstring, would run code
+        "refs/C\\Users\\N\\x.py",  # a Windows-looking name: \U and \N are escapes in a Python string
+        "refs/tail\\.py",  # a backslash right before the quote that follows
+    ],
+    ids=["triple-quote", "backslash-U-N", "trailing-backslash"],
+)
+def test_a_reproduction_made_from_hostile_names_is_data_not_code(tmp_path: Path, script: str) -> None:
+    """Names from the user's world (a reference script's file name) enter the standalone reproduction as data:
+    no code runs from them, and the file is valid Python that exits with its verdict (1: the bug is there)."""
+    root = loud_ws(tmp_path / "ws")
+    (root / script).parent.mkdir(parents=True, exist_ok=True)
+    (root / script).write_text((root / "refs" / "ref.py").read_text())
+    toml = root / "gpuemu.toml"
+    toml.write_text(
+        toml.read_text().replace(
+            'module = "kern:double"\nreference = "refs/ref.py"', f"module = \"kern:wrong\"\nreference = '{script}'"
+        )
+    )
+    rep = relkit.run_cli(root, "reproduce", "--op", "scripted", "--seed", "3")
+    assert rep.returncode == 1, rep.stdout + rep.stderr
+    (repro,) = (root / ".gpuemu" / "repro").glob("scripted_3.py")
+    ast.parse(repro.read_text(encoding="utf-8"))  # valid Python
+    ran = subprocess.run([sys.executable, str(repro)], capture_output=True, text=True, cwd=root, timeout=120)
+    assert ran.returncode == 1 and "FAILED" in ran.stdout, ran.stdout + ran.stderr
+    assert not list(tmp_path.rglob("PWNED")), "a file name ran as code in the reproduction"
+    relkit.record("security", cases=1)

@@ -127,8 +127,14 @@ def write_repro(
     header = "\n".join(f"{k} = {v!r}" for k, v in values.items())
     text = _TEMPLATE.replace("@@HEADER@@", header).replace("@@DEPTH@@", str(depth)).replace("@@STEM@@", stem)
     title = f"op {op.name!r}, seed {spec.seed}{' (minimized)' if label else ''}"
-    text = text.replace("@@NEEDS@@", needs(op, spec)).replace("@@TITLE@@", title)
+    text = text.replace("@@NEEDS@@", _in_docstring(needs(op, spec))).replace("@@TITLE@@", _in_docstring(title))
     return write_private(config.root, (*REPRO_DIR.parts, f"{stem}.py"), text.encode("utf-8"))
+
+
+def _in_docstring(text: str) -> str:
+    """``text`` as it must be written inside the reproduction's docstring to read back as itself: names from
+    the user's world (a script called ``x\"\"\"...``, a Windows path with ``\\U``) are data, never source."""
+    return text.replace("\\", "\\\\").replace('"', '\\"')
 
 
 _TEMPLATE = """#!/usr/bin/env python3
