@@ -577,6 +577,38 @@ def _file_session(ls: GpuemuServer, uri: str) -> tuple[Path | None, WorkspaceSes
     return path, ls.session_for(path) if path is not None else None
 
 
+#: The largest LSP message body read: a whole document travels in didOpen/didChange, and the largest file the
+#: server reads is 16 MiB; a body four times that is no editor's. ``Content-Length: 1099511627776`` was a
+#: MemoryError that killed the server.
+MAX_FRAME_BYTES = 64 << 20
+#: What a refused body becomes: a notification pygls ignores (``$/`` methods are optional), so the stream
+#: stays in step and the server keeps serving.
+_REFUSED_FRAME = b'{"jsonrpc": "2.0", "method": "$/gpuemu/refusedFrame", "params": {}}'
+
+
+class FrameCap:
+    """stdin for pygls' reader, with a cap on a message body: a larger one is read through and dropped (in
+    1 MiB pieces: memory stays bounded), and the server logs it and goes on."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+
+    def readline(self) -> bytes:
+        return self.stream.readline(MAX_FRAME_BYTES)
+
+    def read(self, n: int = -1) -> bytes:
+        if 0 <= n <= MAX_FRAME_BYTES:
+            return self.stream.read(n)
+        log.warning("an LSP message of %d bytes is over the %d MiB cap: dropped", n, MAX_FRAME_BYTES >> 20)
+        left = n
+        while left > 0:
+            got = self.stream.read(min(left, 1 << 20))
+            if not got:
+                return b""  # the client is gone
+            left -= len(got)
+        return _REFUSED_FRAME
+
+
 def _read_text(path: Path) -> str | None:
     try:
         return read_text(path)
@@ -671,7 +703,7 @@ def serve_main(argv: Sequence[str]) -> int:
         host, _, port = args.tcp.rpartition(":")
         server.start_tcp(host or "127.0.0.1", int(port))
     else:
-        server.start_io()
+        server.start_io(stdin=FrameCap(sys.stdin.buffer))  # type: ignore[arg-type]
     terminate(server, 0)  # the client is gone without `exit`: the same end, no thread may hold it up
     return 0
 

@@ -62,4 +62,7 @@ def toml_symbols(text: str) -> list[lsp.DocumentSymbol]:
 
 def flat_symbols(symbols: list[lsp.DocumentSymbol], uri: str) -> list[lsp.SymbolInformation]:
     """The same for a client without hierarchical symbols."""
-    return [lsp.SymbolInformation(s.name, s.kind, lsp.Location(uri, s.range)) for s in symbols]
+    return [  # by keyword: SymbolInformation's positional order is (location, name, kind)
+        lsp.SymbolInformation(name=s.name, kind=s.kind, location=lsp.Location(uri, s.range), container_name=s.detail)
+        for s in symbols
+    ]

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import relkit
+from lsprotocol import types as lsp
 
 
 @pytest.mark.asyncio
@@ -224,3 +225,90 @@ def test_iterations_have_one_maximum_in_engine_api_and_server_options(tmp_path: 
         plan_op(cfg, op, "thorough", MAX_ITERATIONS, None, cancel=cancel)
     assert time.monotonic() - t0 < 1.0
     relkit.record("limits", cases=9)
+
+
+@pytest.mark.asyncio
+async def test_document_symbols_for_a_client_without_hierarchical_symbols(tmp_path: Path) -> None:
+    """A client that does not declare hierarchical symbol support gets flat SymbolInformation (it got a
+    TypeError reply: SymbolInformation was built with positional arguments in the wrong order)."""
+    root = relkit.good_ws(tmp_path / "ws", ops=2)
+    client = relkit.make_client()
+    await client.start_io(*relkit.SERVER_CMD, env=relkit.child_env(), cwd=str(root))
+    caps = lsp.ClientCapabilities(
+        text_document=lsp.TextDocumentClientCapabilities(document_symbol=lsp.DocumentSymbolClientCapabilities())
+    )
+    uri = root.resolve().as_uri()
+    try:
+        await asyncio.wait_for(
+            client.initialize_session(
+                lsp.InitializeParams(capabilities=caps, root_uri=uri, initialization_options=relkit.QUIET)
+            ),
+            relkit.LONG,
+        )
+        relkit.record("server", started=1)
+        got = await asyncio.wait_for(
+            client.text_document_document_symbol_async(
+                lsp.DocumentSymbolParams(lsp.TextDocumentIdentifier((root / "gpuemu.toml").resolve().as_uri()))
+            ),
+            60,
+        )
+        assert got is not None and [s.name for s in got] == ["double0", "double1"], got
+        assert all(isinstance(s, lsp.SymbolInformation) and s.kind == lsp.SymbolKind.Function for s in got)
+        assert got[0].location.uri.endswith("gpuemu.toml") and got[0].location.range.start.line > 0
+        code = await relkit.stop_server(client)
+    finally:
+        await relkit.force_close(client)
+    relkit.clean_exit(code)
+
+
+def _frame(obj: dict) -> bytes:
+    import json
+
+    body = json.dumps(obj).encode()
+    return b"Content-Length: %d\r\n\r\n" % len(body) + body
+
+
+def test_an_oversized_frame_is_dropped_and_the_server_keeps_serving(tmp_path: Path) -> None:
+    """A body over the frame cap is read through in pieces and dropped: 100 MiB sent for real, then a
+    request that is answered; then a frame that claims 1 TiB (it was a MemoryError), then a clean exit."""
+    import json
+    import subprocess
+
+    root = relkit.good_ws(tmp_path / "ws")
+    proc = subprocess.Popen(
+        relkit.SERVER_CMD,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=root,
+        env=relkit.child_env(),
+    )
+    relkit.record("server", started=1)
+    assert proc.stdin is not None and proc.stdout is not None
+
+    def answer(want: int) -> dict:
+        while True:
+            head = b""
+            while not head.endswith(b"\r\n\r\n"):
+                head += proc.stdout.read(1)
+            n = int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0])
+            msg = json.loads(proc.stdout.read(n))
+            if msg.get("id") == want:
+                return msg
+
+    init = {"capabilities": {}, "rootUri": root.resolve().as_uri(), "initializationOptions": relkit.QUIET}
+    proc.stdin.write(_frame({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init}))
+    proc.stdin.flush()
+    assert "capabilities" in answer(1)["result"]
+    big = 100 << 20
+    proc.stdin.write(b"Content-Length: %d\r\n\r\n" % big)
+    for _ in range(100):
+        proc.stdin.write(b" " * (1 << 20))
+    proc.stdin.write(_frame({"jsonrpc": "2.0", "id": 2, "method": "shutdown", "params": None}))
+    proc.stdin.flush()
+    assert answer(2).get("result", "missing") is None  # shutdown answered: the server kept serving
+    proc.stdin.write(b"Content-Length: 1099511627776\r\n\r\n{}")
+    proc.stdin.close()
+    assert proc.wait(timeout=60) in (0, 1)
+    err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+    assert "MemoryError" not in err and "Traceback" not in err, err[-3000:]
