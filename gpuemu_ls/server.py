@@ -457,13 +457,20 @@ def create_server() -> GpuemuServer:
 
     @server.feature(lsp.SHUTDOWN)
     def shutdown(ls: GpuemuServer, _params: Any) -> None:
+        """Answered at once (clients kill a server that takes 3-5 s): every run is cancelled now, and the
+        wait for them to stop, then the closing of watchers and stores, happens off the event loop."""
         ls.shut_down = True
-        ls.jobs.shutdown()
-        for closer in (ls.watcher, ls.poller):
-            if closer is not None:
-                closer.close()
-        for s in ls.sessions.values():
-            s.close()
+        ls.jobs.cancel_all()
+
+        def finish() -> None:
+            ls.jobs.shutdown()  # the running ones stop at their next poll; no store closes under a writer
+            for closer in (ls.watcher, ls.poller):
+                if closer is not None:
+                    closer.close()
+            for s in list(ls.sessions.values()):
+                s.close()
+
+        threading.Thread(target=finish, name="gpuemu-shutdown", daemon=True).start()
 
     @server.feature(lsp.EXIT)
     def exit_(ls: GpuemuServer, _params: Any) -> None:

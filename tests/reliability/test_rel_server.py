@@ -312,3 +312,25 @@ def test_an_oversized_frame_is_dropped_and_the_server_keeps_serving(tmp_path: Pa
     assert proc.wait(timeout=60) in (0, 1)
     err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
     assert "MemoryError" not in err and "Traceback" not in err, err[-3000:]
+
+
+@pytest.mark.asyncio
+async def test_shutdown_answers_within_a_second_while_a_first_run_is_under_way(tmp_path: Path) -> None:
+    """Many clients kill a server whose shutdown takes 3-5 s: it answers at once (every run cancelled), and
+    exit then ends the server and every worker it started (it took ~10 s, waiting for the runs)."""
+    root = relkit.good_ws(tmp_path / "ws", ops=30)
+    client = await relkit.start_server(root, {**relkit.QUIET, "runOnOpen": "quick", "iterations": 50})
+    relkit.record("server", started=1)
+    try:
+        await relkit.wait_for(lambda: relkit.worker_pids(client.server_pid), 60, "the first run's workers", client)
+        t0 = time.monotonic()
+        await asyncio.wait_for(client.protocol.send_request_async("shutdown", None), 5)
+        took = time.monotonic() - t0
+        assert took < 1.0, f"shutdown answered in {took:.2f} s"
+        workers = relkit.worker_pids(client.server_pid)
+        client.protocol.notify("exit", None)
+        code = await asyncio.wait_for(client._server.wait(), 30)
+        assert code == 0, code
+        assert relkit.wait_gone(workers, 30) == [], "workers outlived the server"
+    finally:
+        await relkit.force_close(client)
