@@ -69,7 +69,8 @@ class UsageError(GpuemuError):
 class StoreError(GpuemuError):
     """The result store cannot be opened, read or written: damaged, read-only, from a newer gpuemu, or on a full
     disk. The message names the file and what to do; every face turns it into that message and exit code 2,
-    never a traceback (``reason`` is one of ``damaged``, ``read-only``, ``newer``, ``disk-full``, ``io``)."""
+    never a traceback (``reason`` is one of ``damaged``, ``read-only``, ``newer``, ``disk-full``, ``path-too-long``,
+    ``io``)."""
 
     def __init__(self, message: str, *, path: Path | None = None, reason: str = "io") -> None:
         super().__init__(message)

@@ -205,3 +205,23 @@ def test_a_report_that_cannot_be_written_whole_keeps_the_previous_one(tmp_path: 
     assert done.returncode == 2 and "as it was" in done.stderr, done.stderr
     assert out.read_bytes() == previous
     relkit.record("faults", injected=1)
+
+
+@pytest.mark.parametrize("where", ["GPUEMU_STORE", "workspace"])
+def test_a_store_path_past_sqlites_limit_is_explained(tmp_path: Path, where: str) -> None:
+    """SQLite opens no database whose absolute path is over 512 bytes; it said only "unable to open database
+    file". The message now names the limit and what to do, exit 2, in the CLI and the gate."""
+    deep = tmp_path
+    while len(os.fsencode(deep)) < 560:
+        deep = deep / ("d" * 60)
+    if where == "workspace":
+        root = relkit.good_ws(deep / "ws")
+        env = relkit.child_env()
+    else:
+        root = relkit.good_ws(tmp_path / "ws")
+        env = relkit.child_env({"GPUEMU_STORE": str(deep / "gpuemu.db")})
+    for run in (relkit.run_cli(root, "test", "--quick", env=env), relkit.run_check(root, "--quick", env=env)):
+        assert run.returncode == 2, run.stdout[-1500:] + run.stderr[-1500:]
+        assert "512 bytes" in run.stderr and "GPUEMU_STORE" in run.stderr, run.stderr
+        assert "Traceback" not in run.stderr
+    relkit.record("bad_input", cases=1)

@@ -107,6 +107,9 @@ def decode_arrays(blob: bytes) -> dict[str, np.ndarray]:
     return out
 
 
+#: The longest database path SQLite's unix VFS opens (MAX_PATHNAME), in bytes.
+SQLITE_MAX_PATHNAME = 512
+
 class Store:
     """A connection to one store file. Cheap to open; safe to use from several processes at once.
 
@@ -158,7 +161,21 @@ class Store:
             self._copy_dir = None
 
     # --- opening ---------------------------------------------------------------------------
+    def _check_path_length(self) -> None:
+        """SQLite's unix files take absolute paths of at most 512 bytes, its ``-journal``/``-wal``/``-shm``
+        names included; past that it says only "unable to open database file"."""
+        n = len(os.fsencode(os.path.abspath(self.path)))
+        if n + len("-journal") > SQLITE_MAX_PATHNAME:
+            raise StoreError(
+                f"cannot open the result store {self.path}: its path is {n} bytes long, and SQLite opens no"
+                f" database whose path (with its '-journal' suffix) is longer than {SQLITE_MAX_PATHNAME} bytes."
+                " Point GPUEMU_STORE at a shorter path (or move the workspace to a shorter one)",
+                path=self.path,
+                reason="path-too-long",
+            )
+
     def _open_for_writing(self) -> None:
+        self._check_path_length()
         _make_folder(self.path.parent)
         if not self.path.exists():
             _create(self.path)
@@ -192,6 +209,8 @@ class Store:
         self.mark_interrupted()
 
     def _open_for_reading(self) -> None:
+        if self.path.exists():
+            self._check_path_length()
         if not self.path.exists():  # nothing stored yet: read as empty, create nothing
             self.missing = True
             self._connect(":memory:")
