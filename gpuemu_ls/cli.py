@@ -224,6 +224,9 @@ def build_parser() -> argparse.ArgumentParser:
         " a new store; reset: start empty (both keep the old file as <name>.corrupt-<time>); runs: recent runs",
     )
     p.add_argument("--limit", type=int, default=20, metavar="N", help="runs listed by `store runs` (default 20)")
+    p.add_argument(
+        "--force", action="store_true", help="repair or reset even while a run writes the store (its results are lost)"
+    )
     p.add_argument("--format", choices=("text", "json"), default="text")
 
     p = sub.add_parser("init", help="write a starter workspace that passes")
@@ -793,7 +796,8 @@ def cmd_store(args: argparse.Namespace) -> int:
                 " starts empty; both keep the old file beside it"
             )
         return EXIT_OK if found.healthy else EXIT_FAIL
-    done = repair(path) if args.action == "repair" else reset(path)
+    force = bool(getattr(args, "force", False))
+    done = repair(path, force=force) if args.action == "repair" else reset(path, force=force)
     if args.format == "json":
         print(json.dumps({"schema": 1, "action": args.action, **done.to_dict()}, indent=2))
     elif args.action == "repair" and done.kept is None:

@@ -154,6 +154,13 @@ class WorkspaceSession:
         if not self._store_path.exists():
             return False
         with self.lock:
+            if self._store is not None and self._store.replaced():  # a `store reset` moved the file aside:
+                try:  # read the new one from now on (results written by the CLI go there)
+                    self._store.close()
+                except Exception:
+                    pass
+                self._store, self._data_version = None, None
+                return True
             store = self.store()
             if store is None:
                 return False

@@ -11,6 +11,7 @@ killed run reads as ``interrupted``.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import random
@@ -538,3 +539,101 @@ def test_a_store_path_that_is_a_folder_is_never_read_written_or_moved(tmp_path: 
     for proc in writing(root, env=env):
         store_error(proc, folder, "not a file")
     assert folder.is_dir() and not list(folder.iterdir())
+
+
+SLOW_KERN = """\
+import time
+
+import numpy as np
+
+
+def slow(x):
+    time.sleep(0.25)
+    return x * 2
+
+
+def reference(x):
+    return np.asarray(x, dtype=np.float64) * 2.0
+"""
+
+
+def _slow_ws(root: Path) -> Path:
+    toml = relkit.HEADER.format(name="slow", validation="iterations = 24\n", quick=2)
+    toml += relkit.op_block("slow", 'module = "kern:slow"\nreference = "kern:reference"')
+    return relkit.write_ws(root, toml, {"kern.py": SLOW_KERN})
+
+
+def _running_run(root: Path) -> None:
+    db = root / ".gpuemu" / "gpuemu.db"
+    relkit.wait_until(
+        lambda: db.exists() and relkit.store_rows(db, "SELECT id FROM runs WHERE status = 'running'"),
+        60,
+        "a running run",
+    )
+
+
+@pytest.mark.parametrize("action", ["reset", "repair"])
+def test_store_maintenance_refuses_while_a_run_writes_and_the_run_keeps_its_results(
+    tmp_path: Path, action: str
+) -> None:
+    """`store reset`/`repair` during a run diverted its results into the renamed file (`ops` then said "never
+    run"). The run holds the store's lock: maintenance refuses, exit 2, and the run's results stay where
+    `gpuemu ops` reads them."""
+    root = _slow_ws(tmp_path / "ws")
+    run = relkit.start_cli(root, "test", "--no-progress")
+    try:
+        _running_run(root)
+        done = relkit.run_cli(root, "store", action)
+        assert done.returncode == 2 and "while a run writes it" in done.stderr, done.stdout + done.stderr
+        out, err = run.communicate(timeout=120)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode == 0 and "stored" in out and "NOT stored" not in out, out + err
+    ops = relkit.run_cli(root, "ops")
+    assert ops.returncode == 0 and "never run" not in ops.stdout and "passed" in ops.stdout, ops.stdout
+    assert relkit.run_cli(root, "store", "reset").returncode == 0  # nothing running now: it goes ahead
+    relkit.record("concurrency", writers=2)
+
+
+def test_a_forced_reset_during_a_run_is_said_and_never_reported_as_stored(tmp_path: Path) -> None:
+    root = _slow_ws(tmp_path / "ws")
+    run = relkit.start_cli(root, "test", "--no-progress")
+    try:
+        _running_run(root)
+        done = relkit.run_cli(root, "store", "reset", "--force")
+        assert done.returncode == 0, done.stdout + done.stderr
+        out, err = run.communicate(timeout=120)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert "NOT stored: the result store was replaced during the run" in out, out + err
+    relkit.record("faults", injected=1)
+
+
+@pytest.mark.asyncio
+async def test_the_server_reads_the_new_store_after_a_reset(tmp_path: Path) -> None:
+    """An open server kept reading the file a reset moved aside, and stopped seeing CLI results."""
+    root = relkit.good_ws(tmp_path / "ws")
+    assert relkit.run_cli(root, "test", "--quick").returncode == 0
+    client = await relkit.start_server(root, {**relkit.QUIET, "pollStoreSeconds": 0.2})
+    relkit.record("server", started=1)
+    try:
+
+        async def status() -> str:
+            found = await relkit.request(client, "gpuemu/discoverOps", {})
+            return found["workspaces"][0]["items"][0]["status"]
+
+        assert await status() == "passed"
+        assert relkit.run_cli(root, "store", "reset").returncode == 0
+        (root / "kern.py").write_text((root / "kern.py").read_text().replace("return x * 2", "return x * 3"))
+        assert relkit.run_cli(root, "test", "--quick").returncode == 1  # a failure lands in the new store
+        for _ in range(100):
+            if await status() == "failed":
+                break
+            await asyncio.sleep(0.2)
+        assert await status() == "failed", "the server kept reading the store that the reset moved aside"
+        code = await relkit.stop_server(client)
+    finally:
+        await relkit.force_close(client)
+    relkit.clean_exit(code)

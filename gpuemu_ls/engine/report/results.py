@@ -311,6 +311,8 @@ def build_document(
         kernels=kernels or [],
         regressions=regressions or [],
         budget=budget_summary(ops, run.budget if run else None),
+        # False when the store file was replaced under the run (a forced `store reset`): nothing of it is there
+        stored=bool(run and run.run_id and not run.store_replaced),
     )
     if extra:
         doc.update(extra)

@@ -74,11 +74,12 @@ class RunResult:
     elapsed: float = 0.0
     cancelled: bool = False
     budget: dict[str, Any] | None = None  # the run's budget: seconds and where it came from (None: no budget)
+    store_replaced: bool = False  # the store file was replaced during the run (a forced reset): not stored there
 
     @property
     def status(self) -> str:
         statuses = {o.status for o in self.outcomes}
-        for s in ("failed", "error", "not_run", "cancelled"):
+        for s in ("failed", "error", "not_judged", "not_run", "cancelled"):
             if s in statuses:
                 return s
         return "passed"
@@ -559,6 +560,7 @@ def run_validation(
     )
     if store is not None and run_id is not None:
         store.finish_run(run_id, "cancelled" if result.cancelled else result.status)
+        result.store_replaced = store.replaced()
     return result
 
 

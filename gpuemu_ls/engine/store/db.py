@@ -127,6 +127,8 @@ class Store:
         #: Things a reader should be told (a newer schema read as far as it is compatible, a private copy).
         self.notes: list[str] = []
         self._copy_dir: str | None = None
+        self._run_locks: dict[str, int] = {}  # run id -> descriptor holding the shared run lock
+        self._identity: tuple[int, int] | None = None  # (device, inode) of the file this connection opened
         try:
             if readonly:
                 self._open_for_reading()
@@ -151,9 +153,23 @@ class Store:
         return not self.readonly
 
     def close(self) -> None:
+        for fd in getattr(self, "_run_locks", {}).values():
+            _release(fd)
+        self._run_locks = {}
         if getattr(self, "db", None) is not None:
             self.db.conn.close()
         self._discard()
+
+    def replaced(self) -> bool:
+        """Whether the file at this store's path is no longer the one this connection opened (a ``store
+        reset`` or ``repair`` moved it aside): what this connection writes then lands in the old file."""
+        if self._identity is None:
+            return False
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return True
+        return (st.st_dev, st.st_ino) != self._identity
 
     def _discard(self) -> None:
         if self._copy_dir is not None:
@@ -193,6 +209,8 @@ class Store:
                 reason="read-only",
             )
         self._connect(str(self.path))
+        st = os.stat(self.path)
+        self._identity = (st.st_dev, st.st_ino)
         self._retry(lambda: self.db.execute("PRAGMA journal_mode = WAL"))
         self.db.execute("PRAGMA synchronous = NORMAL")
         self.schema = int(self.db.execute("PRAGMA user_version").fetchone()[0])
@@ -220,6 +238,8 @@ class Store:
         problem = file_problem(self.path)
         if problem:
             raise self._damaged(problem, "read")
+        st = os.stat(self.path)
+        self._identity = (st.st_dev, st.st_ino)  # a reader that outlives a reset can tell (the server's)
         uri = sqlite_uri(self.path)
         try:
             self._connect(f"{uri}?mode=ro", uri=True)
@@ -444,6 +464,7 @@ class Store:
         command: str = "",
     ) -> str:
         run_id = uuid.uuid4().hex
+        lock = hold_run_lock(self.path)  # store maintenance waits for it (or refuses) while the run is under way
         row = (
             run_id,
             time.time(),
@@ -462,21 +483,31 @@ class Store:
             process_owner(os.getpid()) or OWNER_PID_ONLY,
         )
         row = _texts(row)
-        self.write(
-            lambda c: c.execute(
-                "INSERT INTO runs (id, started_at, finished_at, source, mode, seed, iterations, workspace, config_hash,"
-                " status, host, version, command, pid, owner) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                row,
+        try:
+            self.write(
+                lambda c: c.execute(
+                    "INSERT INTO runs (id, started_at, finished_at, source, mode, seed, iterations, workspace,"
+                    " config_hash, status, host, version, command, pid, owner) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    row,
+                )
             )
-        )
+        except BaseException:
+            _release(lock)
+            raise
+        self._run_locks[run_id] = lock
         return run_id
 
     def finish_run(self, run_id: str, status: str) -> None:
-        self.write(
-            lambda c: c.execute(
-                "UPDATE runs SET finished_at = ?, status = ? WHERE id = ?", (time.time(), status, run_id)
+        try:
+            self.write(
+                lambda c: c.execute(
+                    "UPDATE runs SET finished_at = ?, status = ? WHERE id = ?", (time.time(), status, run_id)
+                )
             )
-        )
+        finally:
+            fd = self._run_locks.pop(run_id, None)
+            if fd is not None:
+                _release(fd)
 
     def add_cases(
         self, run_id: str, results: list[CaseResult], *, max_snapshots: int | None = None, root: Path | None = None
@@ -950,6 +981,54 @@ def _effective(run: dict[str, Any]) -> dict[str, Any]:
     if run.get("status") == "running" and not owner_alive(run):
         return {**run, "status": "interrupted"}
     return run
+
+
+def lock_path(path: Path) -> Path:
+    """The lock file of a store: runs hold it shared while they write, maintenance exclusively."""
+    return path.with_name(path.name + ".lock")
+
+
+#: How long a run that begins waits for store maintenance (a repair, a reset) to finish.
+MAINTENANCE_WAIT_SECONDS = 120.0
+
+
+def hold_run_lock(path: Path) -> int:
+    """A descriptor holding the store's lock shared (-1 where locks are not available): released when the run
+    finishes, or by the kernel when its process dies, so maintenance never mistakes a dead run for a live one."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        return -1
+    try:
+        fd = os.open(lock_path(path), os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
+    except OSError:
+        return -1  # a read-only folder: no maintenance can replace the store there either
+    deadline = time.monotonic() + MAINTENANCE_WAIT_SECONDS
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                os.close(fd)
+                raise StoreError(
+                    f"cannot start a run: the result store {path} has been under maintenance (gpuemu store repair"
+                    f" or reset) for {MAINTENANCE_WAIT_SECONDS:.0f} s",
+                    path=path,
+                    reason="busy",
+                ) from None
+            time.sleep(0.1)
+        except OSError:
+            os.close(fd)
+            return -1
+
+
+def _release(fd: int) -> None:
+    if fd >= 0:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
 
 
 def owner_alive(run: dict[str, Any]) -> bool:

@@ -3,12 +3,14 @@
 ``check`` reads every page (SQLite's ``integrity_check``) without writing. ``repair`` copies every row that
 can still be read into a new store, walking each table by rowid so that one damaged page costs only the rows
 on it; ``reset`` starts empty. Both keep the old file (and its WAL) beside it as ``<name>.corrupt-<time>``
-(``<name>.old-<time>`` when it was healthy), so nothing is ever thrown away. Run them while nothing else
-writes the store.
+(``<name>.old-<time>`` when it was healthy), so nothing is ever thrown away. While a run writes the store
+(it holds the store's lock file shared, or a live process still owns a ``running`` run) they refuse, unless
+forced: a store replaced under a run would take that run's results into the file set aside.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import time
@@ -18,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import StoreError
-from .db import SCHEMA_VERSION, Store, file_problem, sqlite_uri, wal_path
+from .db import SCHEMA_VERSION, Store, file_problem, lock_path, owner_alive, sqlite_uri, wal_path
 
 TABLES = ("runs", "op_results", "snapshots", "cases")
 #: How far past the last readable row a walk probes for rows behind a damaged stretch of unknown end.
@@ -118,10 +120,15 @@ class RepairReport:
         }
 
 
-def repair(path: Path) -> RepairReport:
+def repair(path: Path, *, force: bool = False) -> RepairReport:
     """Copy every readable row of the store at ``path`` into a new store that takes its place; the old file is
-    kept beside it. A healthy store is left as it is."""
+    kept beside it. A healthy store is left as it is. Refuses while a run writes the store, unless ``force``."""
     _a_file(path)
+    with maintenance(path, "repair", force=force):
+        return _repair(path)
+
+
+def _repair(path: Path) -> RepairReport:
     found = check(path)
     if not found.exists:
         raise StoreError(f"no result store at {path}: nothing to repair", path=path)
@@ -151,15 +158,66 @@ def repair(path: Path) -> RepairReport:
     return report
 
 
-def reset(path: Path) -> RepairReport:
-    """Set the store at ``path`` aside (kept beside it) and start an empty one."""
+def reset(path: Path, *, force: bool = False) -> RepairReport:
+    """Set the store at ``path`` aside (kept beside it) and start an empty one. Refuses while a run writes the
+    store, unless ``force``."""
     _a_file(path)
-    found = check(path)
-    if found.exists:
-        _writable_folder(path)
-    kept = _set_aside(path, "old" if found.healthy else "corrupt") if found.exists else None
-    Store(path).close()
-    return RepairReport(path, kept, problems=found.problems)
+    with maintenance(path, "reset", force=force):
+        found = check(path)
+        if found.exists:
+            _writable_folder(path)
+        kept = _set_aside(path, "old" if found.healthy else "corrupt") if found.exists else None
+        Store(path).close()
+        return RepairReport(path, kept, problems=found.problems)
+
+
+@contextlib.contextmanager
+def maintenance(path: Path, what: str, *, force: bool) -> Iterator[None]:
+    """Hold the store's lock exclusively while it is repaired or reset (a run that begins waits for it), or
+    refuse when a run holds it or a live process owns a ``running`` run (``force``: go on, and say so)."""
+    import fcntl
+
+    fd = -1
+    try:
+        fd = os.open(lock_path(path), os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
+    except OSError:
+        pass  # no lock file can be made (a read-only folder): the store cannot be replaced there either
+    try:
+        busy = []
+        if fd >= 0:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                busy.append("a run holds its lock")
+        busy += [f"run {r['id'][:12]} (pid {r['pid']}) is running" for r in _live_runs(path)]
+        if busy and not force:
+            raise StoreError(
+                f"refusing to {what} the result store {path} while a run writes it ({'; '.join(busy[:3])}): its"
+                f" results would land in the file set aside. Wait for it to finish, or add --force",
+                path=path,
+                reason="busy",
+            )
+        yield
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+def _live_runs(path: Path) -> list[dict[str, Any]]:
+    """``running`` runs whose process is alive (a damaged or unreadable store: none can be told)."""
+    if not path.exists():
+        return []
+    try:
+        store = Store(path, readonly=True)
+    except (StoreError, sqlite3.Error, OSError):
+        return []
+    try:
+        rows = store.query("SELECT id, host, pid, owner FROM runs WHERE status = 'running'")
+    except (StoreError, sqlite3.Error):
+        rows = []
+    finally:
+        store.close()
+    return [r for r in rows if r.get("pid") is not None and r.get("owner") and owner_alive(r)]
 
 
 # --- helpers -----------------------------------------------------------------------------------------

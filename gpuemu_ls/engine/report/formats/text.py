@@ -188,6 +188,11 @@ def render_text(doc: dict[str, Any], *, show: int = 3, replay_prefix: str = "") 
     if doc.get("shard"):
         tail += f" [shard {doc['shard']}]"
     if doc.get("run_id"):
-        tail += f"; run {doc['run_id'][:12]} stored"
+        tail += (
+            f"; run {doc['run_id'][:12]} stored"
+            if doc.get("stored", True)
+            else f"; run {doc['run_id'][:12]} NOT stored: the result store was replaced during the run (a forced"
+            " `gpuemu store reset` or `repair`); its results went to the file set aside"
+        )
     lines.append(tail)
     return "\n".join(lines)
