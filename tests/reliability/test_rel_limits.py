@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 import relkit
+from kit.ops import DOUBLE_REF_SCRIPT
 from kit.store import db_path
 
 PROBE_PY = """import ctypes
@@ -297,3 +298,65 @@ async def test_nothing_outlives_the_server(tmp_path: Path, mode: str, end: str, 
     run.cancel()
     left = relkit.wait_gone(started, 5)
     assert left == [], f"outlived the server: {[relkit.cmdline(p) for p in left]}"
+
+
+#: a process that opens the workspace's store and holds its write lock for five minutes
+LOCKER = (
+    "import sqlite3, sys, time\n"
+    "c = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=60)\n"
+    "c.execute('BEGIN IMMEDIATE')\n"
+    "open(sys.argv[2], 'w').close()\n"
+    "time.sleep(300)\n"
+)
+GRAB = """
+def _grab_store_lock(here):
+    import os, subprocess, sys, time
+    marker = os.path.join(here, "LOCKER-started")
+    if os.path.exists(marker):
+        return
+    db = os.path.join(here, ".gpuemu", "gpuemu.db")
+    subprocess.Popen([sys.executable, "-c", {locker!r}, db, marker], start_new_session=True)
+    for _ in range(200):
+        if os.path.exists(marker):
+            return
+        time.sleep(0.05)
+"""
+
+
+@pytest.mark.parametrize("who", ["script-reference", "in-process-op"])
+def test_a_descendant_holding_the_store_lock_never_stalls_or_loses_the_run(tmp_path: Path, who: str) -> None:
+    """A setsid child of a reference script (or of an in-process op) that takes the store's write lock made the
+    CLI wait 137 s and lose the run, left `running`. What a script starts ends with its call; a lock holder the
+    run itself started is ended when a store write finds it in the way; the run is stored."""
+    grab = GRAB.format(locker=LOCKER)
+    kern = (
+        "import os\n\nimport numpy as np\n"
+        + grab
+        + (
+            "\n\ndef double(x):\n"
+            + ("    _grab_store_lock(os.path.dirname(os.path.abspath(__file__)))\n" if who == "in-process-op" else "")
+            + "    return x * 2\n\n\ndef reference(x):\n    return np.asarray(x, dtype=np.float64) * 2.0\n"
+        )
+    )
+    ref = DOUBLE_REF_SCRIPT.replace(
+        "import json\n",
+        "import json\nimport os\n"
+        + grab
+        + "\n_grab_store_lock(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))\n",
+        1,
+    )
+    toml = relkit.HEADER.format(name="locker", validation="iterations = 6\n", quick=2)
+    reference = 'reference = "refs/ref.py"' if who == "script-reference" else 'reference = "kern:reference"'
+    toml += relkit.op_block("double", f'module = "kern:double"\n{reference}')
+    root = relkit.write_ws(tmp_path / "ws", toml, {"kern.py": kern, "refs/ref.py": ref})
+    t0 = time.monotonic()
+    done = relkit.run_cli(root, "test", "--no-progress", timeout=300)
+    took = time.monotonic() - t0
+    assert (root / "LOCKER-started").exists(), "the locker never started: the test proves nothing"
+    assert done.returncode == 0 and "stored" in done.stdout, done.stdout[-2000:] + done.stderr[-2000:]
+    assert took < 60, f"the run took {took:.0f} s"
+    runs = relkit.store_rows(root / ".gpuemu" / "gpuemu.db", "SELECT status FROM runs")
+    assert [r[0] for r in runs] == ["passed"], runs
+    lockers = [p for p in relkit.gpuemu_processes() if "BEGIN IMMEDIATE" in relkit.cmdline(p)]
+    assert not lockers, f"the locker outlived the run: {lockers}"
+    relkit.record("limits", cases=1)

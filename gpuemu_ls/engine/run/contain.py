@@ -131,6 +131,19 @@ def kill_descendants(pid: int, budget: float = 2.0) -> int:
         time.sleep(0.001 if len(killed) < 64 else 0.01)
 
 
+def kill_pids(pids: set[int]) -> None:
+    """Stop, then SIGKILL, each of ``pids`` and what they start meanwhile (their descendants)."""
+    if not pids or sys.platform != "linux":
+        return
+    found = set(pids)
+    for p in list(pids):
+        found.update(descendants(p))
+    for p in found:
+        _kill(p, signal.SIGSTOP)
+    for p in found:
+        _kill(p, signal.SIGKILL)
+
+
 def reap_children(timeout: float = 0.5) -> None:
     """Reap this process's exited children (adopted orphans included) until none is left or ``timeout``."""
     deadline = time.monotonic() + timeout
@@ -161,6 +174,7 @@ __all__ = [
     "descendants",
     "die_with_parent",
     "kill_descendants",
+    "kill_pids",
     "kill_tree",
     "make_subreaper",
     "reap_children",

@@ -168,10 +168,17 @@ class ScriptFork:
                 pass
         err_start = _offset(2)
         faulthandler.cancel_dump_traceback_later()  # its watchdog thread would not exist in the child
+        before = set(contain.descendants(os.getpid()))
         pid = os.fork()
         if pid == 0:
             self._child(code, path, explain)
         _, status = os.waitpid(pid, 0)
+        # what the script started ends with its call, setsid or double-forked (this worker is their subreaper):
+        # a leftover that holds the result store's lock would stall the run's writes
+        left = set(contain.descendants(os.getpid())) - before
+        if left:
+            contain.kill_pids(left)
+            contain.reap_children(0.2)
         if self.watchdog:
             faulthandler.dump_traceback_later(self.watchdog, exit=False)
         raw = _read_all(self.report)

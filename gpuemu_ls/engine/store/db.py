@@ -23,6 +23,7 @@ import os
 import platform
 import resource
 import shutil
+import signal
 import sqlite3
 import tempfile
 import threading
@@ -209,6 +210,9 @@ class Store:
                 reason="read-only",
             )
         self._connect(str(self.path))
+        # a writer waits in short turns (``_retry`` loops up to LOCK_RETRY_SECONDS), so that between them it can
+        # end a lock holder of its own making
+        self.db.execute(f"PRAGMA busy_timeout = {WRITER_BUSY_MS}")
         st = os.stat(self.path)
         self._identity = (st.st_dev, st.st_ino)
         self._retry(lambda: self.db.execute("PRAGMA journal_mode = WAL"))
@@ -417,6 +421,9 @@ class Store:
                 msg = str(exc).lower()
                 if ("locked" not in msg and "busy" not in msg) or time.monotonic() > deadline:
                     raise
+                # a process this one started (a reference's setsid child, an op's helper) that holds the store's
+                # lock would hold it for good: it is ended, and the write goes on
+                end_own_lock_holders(self.path)
                 time.sleep(delay)
                 delay = min(delay * 2, 0.5)
 
@@ -981,6 +988,77 @@ def _effective(run: dict[str, Any]) -> dict[str, Any]:
     if run.get("status") == "running" and not owner_alive(run):
         return {**run, "status": "interrupted"}
     return run
+
+
+#: How long one write attempt waits for SQLite's lock before ``Store._retry`` looks at who holds it.
+WRITER_BUSY_MS = 2000
+
+
+def _lock_holders(files: list[Path]) -> set[int]:
+    """Pids holding POSIX locks on ``files`` (from /proc/locks; Linux only, empty elsewhere)."""
+    inodes = set()
+    for f in files:
+        try:
+            st = os.stat(f)
+        except OSError:
+            continue
+        inodes.add((os.major(st.st_dev), os.minor(st.st_dev), st.st_ino))
+    out: set[int] = set()
+    try:
+        with open("/proc/locks", encoding="ascii") as fh:
+            lines = fh.readlines()
+    except OSError:
+        return out
+    for line in lines:
+        parts = line.split()
+        if "->" in parts:
+            parts.remove("->")  # a blocked waiter
+        if len(parts) < 6 or not parts[4].lstrip("-").isdigit():
+            continue
+        try:
+            major, minor, inode = parts[5].split(":")
+            key = (int(major, 16), int(minor, 16), int(inode))
+        except ValueError:
+            continue
+        if key in inodes and int(parts[4]) > 0:
+            out.add(int(parts[4]))
+    return out
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            data = fh.read()
+        return int(data[data.rindex(b")") + 2 :].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _descends_from(pid: int, ancestor: int) -> bool:
+    seen = 0
+    while pid > 1 and seen < 4096:
+        parent = _parent(pid)
+        if parent is None:
+            return False
+        if parent == ancestor:
+            return True
+        pid, seen = parent, seen + 1
+    return False
+
+
+def end_own_lock_holders(path: Path) -> list[int]:
+    """SIGKILL the descendants of this process that hold a lock on the store at ``path`` (its file, WAL or
+    shared memory): processes the run itself started (a script's setsid child, a helper an op left), which
+    would otherwise hold the store's lock for good. Another process's lock is never touched."""
+    me = os.getpid()
+    files = [path, wal_path(path), path.with_name(path.name + "-shm")]
+    ended = [p for p in _lock_holders(files) if p != me and _descends_from(p, me)]
+    for p in ended:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except OSError:
+            pass
+    return ended
 
 
 def lock_path(path: Path) -> Path:
