@@ -90,13 +90,17 @@ def failure_data(session: WorkspaceSession, view: OpView, row: dict[str, Any]) -
     }
 
 
-def failure_message(view: OpView, row: dict[str, Any], count: int) -> str:
+def failure_message(view: OpView, row: dict[str, Any], count: int, kinds: dict[str, int] | None = None) -> str:
+    """The problem's text; ``kinds`` counts an op's edge findings by kind (they share one warning)."""
     kind = row["kind"] or row["status"]
     tier, edge = _tier(row)
     what = KIND_TEXT.get(kind, kind)
     if tier == "edge":
         what = f"edge finding ({what})"
     head = f"{view.name}: {what} [{kind}] in {count}/{view.cases} cases: {_error_vs_tolerance(row)}"
+    if kinds and len(kinds) > 1:
+        split = ", ".join(f"{KIND_TEXT.get(k, k)} [{k}] in {n}" for k, n in kinds.items())
+        head = f"{view.name}: edge findings in {count}/{view.cases} cases ({split}); first: {_error_vs_tolerance(row)}"
     lines = [
         head,
         f"seed {row['seed']}: {row['dtype']} {_shape_text(_shapes(row))} layout={row['layout']} "
@@ -115,16 +119,20 @@ def failure_message(view: OpView, row: dict[str, Any], count: int) -> str:
     return "\n".join(lines)
 
 
-def _first_per_kind(view: OpView) -> list[tuple[dict[str, Any], int]]:
+def _first_per_kind(view: OpView) -> list[tuple[dict[str, Any], int, dict[str, int]]]:
+    """The first failure of each kind with how many there are; an op's edge findings, whatever their kind,
+    are one problem (a warning beside the bugs' errors) that counts them by kind."""
     firsts: dict[str, dict[str, Any]] = {}
     counts: dict[str, int] = defaultdict(int)
+    edge_kinds: dict[str, int] = defaultdict(int)
     for row in view.failures:
         k = row["kind"] or row["status"]
         if _tier(row)[0] == "edge":
-            k = f"edge:{k}"  # an edge finding is its own problem: a warning beside the bug's error
+            edge_kinds[k] += 1
+            k = "edge"
         counts[k] += 1
         firsts.setdefault(k, row)
-    return [(row, counts[k]) for k, row in firsts.items()]
+    return [(row, counts[k], dict(edge_kinds) if k == "edge" else {}) for k, row in firsts.items()]
 
 
 def _in_workspace(session: WorkspaceSession, file: str | None) -> Path | None:
@@ -186,9 +194,9 @@ def _op_diagnostics(
             )
         )
         return
-    for row, count in _first_per_kind(view):
+    for row, count, kinds in _first_per_kind(view):
         data = failure_data(session, view, row)
-        message = failure_message(view, row, count)
+        message = failure_message(view, row, count, kinds)
         code = row["kind"] or row["status"]
         if _tier(row)[0] == "edge":
             code = "edge-finding"

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from kit.cli import env, gpuemu
+from kit.verdicts import explain, judged_wrongly
 from kit.workspace import copy_example
 
 try:
@@ -57,36 +58,17 @@ def _run(tmp: Path, *args: str) -> dict[str, dict[str, Any]]:
     return ops
 
 
-def _explain(entry: dict[str, Any]) -> str:
-    """The op's message, diagnosis and first failures, for an assert message."""
-    lines = [f"{entry['name']}: {entry['status']} - {entry.get('message', '')}"]
-    if entry.get("setup_error"):
-        lines.append(f"  setup error: {entry['setup_error']}")
-    if entry.get("diagnosis"):
-        lines.append(f"  diagnosis: {entry['diagnosis']}")
-    for f in entry.get("failures", [])[:3]:
-        lines.append(
-            f"  {f.get('status')} [{f.get('kind')}] seed={f.get('seed')} dtype={f.get('dtype')} dims={f.get('dims')} "
-            f"layout={f.get('layout')} dist={f.get('distribution')}: {str(f.get('message', ''))[:300]}"
-        )
-        if f.get("replay"):
-            lines.append(f"    replay: {f['replay']}")
-    return "\n".join(lines)
-
-
 def _misbehaving(ops: dict[str, dict[str, Any]], correct: list[str], buggy: list[str]) -> list[str]:
     """An explanation for each correct op that did not pass and each buggy op that did not fail."""
     bad = []
     for op in correct:
         e = ops[op]
-        # edge findings (only at the dtype's top, where every kernel's accumulator overflows) never fail it
-        if e["status"] not in ("passed", "edge") or e["cases"] == 0 or e["errors"]:
-            bad.append("CORRECT KERNEL NOT PASSED - " + _explain(e))
+        if judged_wrongly(e, buggy=False):
+            bad.append("CORRECT KERNEL NOT PASSED - " + explain(e, 3))
     for op in buggy:
         e = ops[op]
-        bugs = [f for f in e.get("failures", []) if f.get("tier") == "bug"]
-        if e["status"] != "failed" or e["failed"] == 0 or e["errors"] or not bugs:
-            bad.append(f"BUG NOT CAUGHT (shows when {EXPECTED[op]['condition']}) - " + _explain(e))
+        if judged_wrongly(e, buggy=True):
+            bad.append(f"BUG NOT CAUGHT (shows when {EXPECTED[op]['condition']}) - " + explain(e, 3))
     return bad
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 from kit.cli import env, gpuemu
+from kit.verdicts import explain, judged_wrongly
 from kit.workspace import copy_example
 
 try:
@@ -32,8 +33,6 @@ except ModuleNotFoundError:  # Python 3.10
 ROOT = Path(__file__).resolve().parents[2]
 WORKSPACE = ROOT / "examples" / "float64_refs"
 SEEDS = (0, 1000, 2000)
-#: what a correct kernel may end as: passed, or edge (failures only past the overflow threshold)
-CORRECT_STATUSES = ("passed", "edge")
 
 
 def _load(name: str) -> dict[str, Any]:
@@ -61,38 +60,19 @@ def _run(tmp: Path, *args: str) -> dict[str, dict[str, Any]]:
     return ops
 
 
-def _explain(entry: dict[str, Any]) -> str:
-    """The op's message, diagnosis and first failures (with their tier), for an assert message."""
-    lines = [f"{entry['name']}: {entry['status']} - {entry.get('message', '')}"]
-    if entry.get("setup_error"):
-        lines.append(f"  setup error: {entry['setup_error']}")
-    if entry.get("diagnosis"):
-        lines.append(f"  diagnosis: {entry['diagnosis']}")
-    for f in entry.get("failures", [])[:4]:
-        lines.append(
-            f"  {f.get('status')} tier={f.get('tier')} [{f.get('kind')}] seed={f.get('seed')} dtype={f.get('dtype')} "
-            f"dims={f.get('dims')} layout={f.get('layout')} dist={f.get('distribution')}: "
-            f"{str(f.get('message', ''))[:300]}"
-        )
-        if f.get("replay"):
-            lines.append(f"    replay: {f['replay']}")
-    return "\n".join(lines)
-
-
 def _misjudged(ops: dict[str, dict[str, Any]], correct: list[str], buggy: list[str]) -> list[str]:
     """An explanation for each correct op that is not passed/edge and each twin not failed as a diagnosed bug."""
     bad = []
     for op in correct:
         e = ops[op]
-        if e["status"] not in CORRECT_STATUSES or e["cases"] == 0 or e["errors"]:
-            bad.append("CORRECT KERNEL NOT PASSED - " + _explain(e))
+        if judged_wrongly(e, buggy=False):
+            bad.append("CORRECT KERNEL NOT PASSED - " + explain(e))
         elif any(f.get("tier") == "bug" for f in e.get("failures", [])):
-            bad.append("CORRECT KERNEL WITH A BUG-TIER FAILURE - " + _explain(e))
+            bad.append("CORRECT KERNEL WITH A BUG-TIER FAILURE - " + explain(e))
     for op in buggy:
         e = ops[op]
-        bug_tier = [f for f in e.get("failures", []) if f.get("tier") == "bug"]
-        if e["status"] != "failed" or e["failed"] == 0 or e["errors"] or not bug_tier or not e.get("diagnosis"):
-            bad.append(f"BUG NOT CAUGHT (shows when {EXPECTED[op]['condition']}) - " + _explain(e))
+        if judged_wrongly(e, buggy=True) or not e.get("diagnosis"):
+            bad.append(f"BUG NOT CAUGHT (shows when {EXPECTED[op]['condition']}) - " + explain(e))
     return bad
 
 

@@ -322,6 +322,15 @@ def rms_bug(x):
         return (xf / np.sqrt((xf * xf).mean(axis=-1, keepdims=True) + np.float32(1e-6)) * 1.01).astype(x.dtype)
 
 
+def rms_two_ways(x):
+    with np.errstate(all="ignore"):
+        xf = np.asarray(x, dtype=np.float32)
+        y = xf / np.sqrt((xf * xf).mean(axis=-1, keepdims=True) + np.float32(1e-6))
+        if xf.flat[0] > 0:  # a second way to go wrong at the same overflow: inf - inf is NaN
+            y = y + np.float32(0) * (xf * xf - xf * xf)
+        return y.astype(x.dtype)
+
+
 def reference(x):
     x = x.astype(np.float64)
     return x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + 1e-6)
@@ -330,6 +339,7 @@ EDGE_TOML = (
     TINY_HEADER
     + tiny_op("rms", "edge_ops:rms", "edge_ops:reference", extra='distributions = ["boundary"]')
     + tiny_op("rms_bug", "edge_ops:rms_bug", "edge_ops:reference", extra='distributions = ["boundary"]')
+    + tiny_op("rms_two_ways", "edge_ops:rms_two_ways", "edge_ops:reference", extra='distributions = ["boundary"]')
 ).replace("B = { min = 1, max = 8, default = 4 }\nN = { min = 1, max = 64, default = 16 }", "B = [4]\nN = [16]")
 
 
@@ -353,3 +363,12 @@ async def test_an_edge_finding_is_a_warning_beside_a_bugs_error(editor: Any, wor
     assert bug.severity == lsp.DiagnosticSeverity.Error and bug.data["tier"] == "bug"
     assert "diagnosis" in bug.message
     assert (await client.wait_state("rms_bug", verdicts))["state"] == "failed"
+    # edge findings of two kinds (wrong values where the sum of squares overflows, NaN from inf - inf) are
+    # one warning that counts both, not two problems with the same code
+    both = await client.wait_op_diagnostic(src, "rms_two_ways", code="edge-finding")
+    assert both.severity == lsp.DiagnosticSeverity.Warning
+    assert "[mismatch] in " in both.message and "[unexpected_nan] in " in both.message, both.message
+    diags = await client.wait_diagnostics(src)
+    edges = [d for d in diags if d.code == "edge-finding" and d.data["op"] == "rms_two_ways"]
+    assert len(edges) == 1, [d.message for d in edges]
+    assert (await client.wait_state("rms_two_ways", verdicts))["state"] == "edge"
