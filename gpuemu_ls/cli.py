@@ -38,13 +38,13 @@ from .args import (
 from .console import Progress
 from .engine.cases.generate import generate_inputs
 from .engine.cases.plan import mode_filter
-from .engine.config.keys import CONFIG_NAME
+from .engine.config.keys import CONFIG_NAME, PLAN, PLAN_DISTRIBUTIONS
 from .engine.config.load import find_workspace, load_config
 from .engine.config.model import Config
 from .engine.errors import UsageError
 from .engine.report.baseline import baseline_path, from_document, load_baseline, regressions, write_baseline
 from .engine.report.formats import FORMATS, render
-from .engine.report.lines import replay_command, row_line
+from .engine.report.lines import replay_command, row_line, row_plan
 from .engine.report.results import (
     build_document,
     document_from_store,
@@ -136,6 +136,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--op", required=True, metavar="NAME")
     p.add_argument("--seed", required=True, type=seed_arg, metavar="N")
     p.add_argument("--regenerate", action="store_true", help="ignore the stored snapshot; regenerate from the seed")
+    p.add_argument(
+        "--plan",
+        type=int,
+        choices=sorted(PLAN_DISTRIBUTIONS),
+        metavar="P",
+        help=f"the plan version the seed was drawn under (default: the stored case's, else {PLAN}); "
+        "failure lines say --plan when a seed needs one",
+    )
     p.add_argument("--minimized", action="store_true", help="replay the minimized case (gpuemu minimize)")
     p.add_argument("--no-repro", action="store_true", help="do not write the standalone reproduction")
     p.add_argument("--format", choices=("text", "json"), default="text")
@@ -360,7 +368,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
             text, code = client_replay_text(cfg, op, args.seed, store, write_inputs=not args.no_repro)
             print(text)
             return code
-        spec, snapshot, source = replay_spec(cfg, op, args.seed, None if args.regenerate else store)
+        spec, snapshot, source = replay_spec(cfg, op, args.seed, store, regenerate=args.regenerate, plan=args.plan)
     options = RunOptions(mode="reproduce", ops=[name], source="reproduce", command=argv_text(), store=False)
     try:  # the replay is recorded where it can be; a read-only store (a CI artifact) is still replayed from
         sink: Store | None = Store.for_workspace(cfg.root)
@@ -498,7 +506,7 @@ def cmd_failures(args: argparse.Namespace) -> int:
             d = dict(r)
             for k in ("shapes", "dims", "tolerance", "detail"):
                 d[k] = json.loads(d[k]) if d.get(k) else None
-            d["replay"] = replay_command(r["op"], r["seed"], cfg.root, Path.cwd())
+            d["replay"] = replay_command(r["op"], r["seed"], cfg.root, Path.cwd(), plan=row_plan(r))
             out.append(d)
         print(json.dumps({"schema": 1, "failures": out}, indent=2, default=str))
         return listed if failing else EXIT_OK

@@ -363,7 +363,7 @@ class Client:
         from ..engine.run.validate import replay_spec
 
         o = self.op(op)
-        spec, snapshot, source = replay_spec(self.config, o, int(seed), None if regenerate else self.store)
+        spec, snapshot, source = replay_spec(self.config, o, int(seed), self.store, regenerate=regenerate)
         if snapshot is None and int(seed) >= USER_SEED_BASE:
             raise UsageError(
                 f"seed {seed} of op {o.name!r} names inputs a caller supplied, and no snapshot of them is stored "

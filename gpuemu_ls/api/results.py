@@ -70,7 +70,7 @@ class Failure:
             max_ratio=st["max_ratio"],
             tolerance=c.tolerance,
             message=(c.message or "").strip().splitlines()[0] if (c.message or "").strip() else "",
-            replay=replay_command(c.op, c.seed, root, cwd or Path.cwd()),
+            replay=replay_command(c.op, c.seed, root, cwd or Path.cwd(), plan=c.spec.plan),
             api_replay=api_replay(c.op, c.seed, root),
             client_side=client_side,
             tier=c.tier,

@@ -67,7 +67,14 @@ def code_actions(session: WorkspaceSession, diagnostics: list[lsp.Diagnostic], t
             if cfg is not None:
                 try:
                     op = cfg.op(op_name)
-                    new = pin_seed(toml_text, op.index, op.name, int(seed))
+                    plan = data.get("plan")
+                    new = pin_seed(
+                        toml_text,
+                        op.index,
+                        op.name,
+                        int(seed),
+                        plan if isinstance(plan, int) and op.default_distributions else None,
+                    )
                 except (KeyError, UsageError, Exception):
                     new = None
                 if new is not None and new != toml_text:

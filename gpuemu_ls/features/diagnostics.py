@@ -18,7 +18,7 @@ from typing import Any
 from lsprotocol import types as lsp
 
 from ..engine.config.model import Config, OpConfig
-from ..engine.report.lines import KIND_TEXT, replay_command
+from ..engine.report.lines import KIND_TEXT, replay_command, row_plan
 from ..session.workspace import OpView, WorkspaceSession
 from .ranges import kernel_header_range, line_range, op_header_range, op_target, problem_range, reference_target
 
@@ -79,13 +79,14 @@ def failure_data(session: WorkspaceSession, view: OpView, row: dict[str, Any]) -
         "failureKind": row["kind"],
         "tier": _tier(row)[0],
         "seed": row["seed"],
+        "plan": row_plan(row),
         "dtype": row["dtype"],
         "shapes": shapes,
         "layout": row["layout"],
         "distribution": row["distribution"],
         "strategy": row["strategy"],
         "runId": row["run_id"],
-        "replay": replay_command(view.name, row["seed"]),
+        "replay": replay_command(view.name, row["seed"], plan=row_plan(row)),
         "minimized": mini["shapes"] if mini else None,
     }
 
@@ -115,7 +116,7 @@ def failure_message(view: OpView, row: dict[str, Any], count: int, kinds: dict[s
         lines.append(f"edge finding: {(edge or {}).get('text', '')}; {verdict}")
     elif view.diagnosis:
         lines.append(f"diagnosis: {view.diagnosis}")
-    lines.append(f"replay: {replay_command(view.name, row['seed'])}")
+    lines.append(f"replay: {replay_command(view.name, row['seed'], plan=row_plan(row))}")
     return "\n".join(lines)
 
 

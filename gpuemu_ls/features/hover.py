@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 from ..engine.report.formats.text import budget_text
-from ..engine.report.lines import KIND_TEXT, replay_command
+from ..engine.report.lines import KIND_TEXT, replay_command, row_plan
 from ..session.workspace import OpView
 from .code_actions import COMMANDS
 
@@ -279,7 +279,7 @@ def op_hover(view: OpView | None, name: str, running: str | None = None, *, besi
             mini = view.minimized.get(row["seed"])
             if mini:
                 lines.append(f"\nMinimized: {md(' '.join(f'{k}={s}' for k, s in mini['shapes'].items()))}")
-            lines.append(f"\nReplay: {code(replay_command(name, row['seed']))}")
+            lines.append(f"\nReplay: {code(replay_command(name, row['seed'], plan=row_plan(row)))}")
     elif view.diagnosis and not beside_diagnostic:
         lines.append(f"\n*Diagnosis:* {md(view.diagnosis)}")
     lines += _time_lines(view)

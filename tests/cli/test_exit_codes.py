@@ -94,6 +94,8 @@ def _append(block: str) -> Callable[[Path], None]:
             fh.write(block)
 
     return prepare
+
+
 KERNEL_CU = 'extern "C" __global__ void twice(float* x) { x[threadIdx.x] *= 2.0f; }\n'
 KERNEL_TOML = '\n[[kernels]]\nname = "twice"\nsource = "twice.cu"\n[kernels.artifact_checks]\nmax_registers = {}\n'
 

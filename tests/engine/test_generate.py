@@ -197,7 +197,7 @@ def sha(a: np.ndarray) -> str:
 
 @pytest.mark.parametrize(("seed", "dtype", "dist", "shape", "x_sha", "t_sha"), GOLDEN)
 def test_golden_input_bytes(gen_op: OpConfig, seed, dtype, dist, shape, x_sha, t_sha) -> None:
-    spec = derive_case(gen_op, seed)
+    spec = derive_case(gen_op, seed, plan=1)  # the golden bytes were drawn under plan 1
     assert (spec.dtype, spec.distribution, spec.shapes["x"]) == (dtype, dist, shape)
     inputs = generate_inputs(gen_op, spec)
     x, t = inputs.logical["x"], inputs.logical["t"]
@@ -206,7 +206,7 @@ def test_golden_input_bytes(gen_op: OpConfig, seed, dtype, dist, shape, x_sha, t
     assert sha(x) == x_sha
     assert sha(t) == t_sha
     # generation is a pure function of (op, seed)
-    again = generate_inputs(gen_op, derive_case(gen_op, seed))
+    again = generate_inputs(gen_op, derive_case(gen_op, seed, plan=1))
     assert sha(again.logical["x"]) == x_sha
 
 

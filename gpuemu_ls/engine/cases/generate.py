@@ -38,6 +38,8 @@ operations; a *row* is a slice along the last axis):
   with ``c = -120`` (float32 accumulation: below exp's underflow at -104) or ``-770`` (float64:
   below -746), so a tile padded with 0 wins such a row's max;
 * ``tail_max``: ``x``; each row's last element is ``max(rest of the row) + 1 + |x|``;
+* ``peaked``: ``x``; in each row one element, at a random position, is ``max(row) + 12 + 8u``: confident
+  logits, whose softmax is within ~1e-5 of one-hot (``softmax - onehot`` gradients cancel there);
 * ``special``: ``x`` with 2% NaN, 1.5% +inf, 1.5% -inf, each at least once;
 * ``nan_payloads``: ``x``, then NaNs of specific bit patterns written into the rounded array through
   an unsigned view (numpy's conversions may quiet a signalling NaN): the canonical NaN of CUDA
@@ -427,6 +429,16 @@ def _tail_max(s: Stream, d: Draw) -> Values:
     return base.reshape(-1)
 
 
+def _peaked(s: Stream, d: Draw) -> Values:
+    """Confident logits: N(0, 1) rows, each with one value 12..20 above the rest at a random position, so a
+    softmax over the row is within ~1e-5 of one-hot (where ``softmax - onehot`` gradients cancel)."""
+    base = _rows_of_normals(s, d)
+    if d.rows and d.width:
+        at = s.integers(0, d.width, d.rows)
+        base[np.arange(d.rows), at] = base.max(axis=1) + 12.0 + 8.0 * s.uniform(d.rows)
+    return base.reshape(-1)
+
+
 def _special(s: Stream, d: Draw) -> Values:
     base = _rows_of_normals(s, d)
     rows, width = d.rows, d.width
@@ -511,6 +523,7 @@ _DISTRIBUTIONS: dict[str, Callable[[Stream, Draw], Values]] = {
     "tail_max": _tail_max,
     "special": _special,
     "nan_payloads": _nan_payloads,
+    "peaked": _peaked,
 }
 
 

@@ -35,7 +35,8 @@ Modes pick seeds, not cases, so every case of every mode replays from (op, seed)
 cases that chance would often leave out, its *needs*: every dim at its minimum (the smallest
 candidate of a candidate list); in thorough runs, each structure distribution the op lists
 (``STRUCTURE_DISTRIBUTIONS``: rare row structures that only bite where the last tile is partial) at
-a ``boundary`` shape; in quick runs, each of ``QUICK_DISTRIBUTIONS`` the op lists. For each need no
+a ``boundary`` shape, and each (dtype, layout) pair at dims of 2 or more; in quick runs, each of
+``QUICK_DISTRIBUTIONS`` the op lists. For each need no
 case meets, the next seed after the run's last that the run's filter keeps and that meets it
 replaces the last free case (not pinned, not itself a replacement) whose loss leaves every need met
 so far met. The count stays what was asked and pinned seeds are untouched.
@@ -50,7 +51,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import dtypes as dt
-from ..config.keys import MAX_ITERATIONS
+from ..config.keys import MAX_ITERATIONS, PLAN, PLAN_DISTRIBUTIONS
 from ..config.model import DimSpec, OpConfig
 from ..errors import UsageError
 from .rng import Stream
@@ -115,6 +116,9 @@ class CaseSpec:
     dims: dict[str, int]
     shapes: dict[str, tuple[int, ...]]
     input_distributions: dict[str, str] = field(default_factory=dict)
+    #: the plan version the case was drawn under (config.keys.PLAN); 0: any plan draws it (the op lists
+    #: its distributions), so a bare (op, seed) names it under every version
+    plan: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -127,6 +131,7 @@ class CaseSpec:
             "dims": dict(self.dims),
             "shapes": {k: list(v) for k, v in self.shapes.items()},
             "input_distributions": dict(self.input_distributions),
+            "plan": self.plan,
         }
 
     @classmethod
@@ -141,6 +146,7 @@ class CaseSpec:
             dims={k: int(v) for k, v in d["dims"].items()},
             shapes={k: tuple(int(x) for x in v) for k, v in d["shapes"].items()},
             input_distributions=dict(d.get("input_distributions", {})),
+            plan=int(d.get("plan", 1)),  # stored before plan versions: plan 1
         )
 
     def shape_text(self) -> str:
@@ -290,12 +296,23 @@ def _numel(shape: tuple[int, ...]) -> int:
     return n
 
 
-def derive_case(op: OpConfig, seed: int, max_elements: int = DEFAULT_MAX_ELEMENTS) -> CaseSpec:
-    """The case that (op, seed) names."""
+def plan_distributions(op: OpConfig, plan: int = PLAN) -> tuple[str, ...]:
+    """The distributions seeds of ``plan`` draw from: the op's (for the current plan, or an op that lists
+    its own), else the earlier plan's default set."""
+    return PLAN_DISTRIBUTIONS[plan] if op.default_distributions and plan != PLAN else op.distributions
+
+
+def derive_case(
+    op: OpConfig, seed: int, max_elements: int = DEFAULT_MAX_ELEMENTS, *, plan: int | None = None
+) -> CaseSpec:
+    """The case that (op, seed) names under ``plan`` (default: the current :data:`PLAN`)."""
+    plan = PLAN if plan is None else plan
+    if plan not in PLAN_DISTRIBUTIONS:
+        raise UsageError(f"unknown plan version {plan}: this gpuemu knows {sorted(PLAN_DISTRIBUTIONS)}")
     strategy = _window_pick(op.name, "strategy", seed, strategy_window(op))
     dtype = _window_pick(op.name, "dtype", seed, op.dtypes)
     layout = _window_pick(op.name, "layout", seed, op.layouts)
-    distribution = _window_pick(op.name, "distribution", seed, op.distributions)
+    distribution = _window_pick(op.name, "distribution", seed, plan_distributions(op, plan))
     dims = derive_dims(op, seed, strategy, max_elements)
     per_input: dict[str, str] = {}
     for inp in op.inputs:
@@ -306,7 +323,8 @@ def derive_case(op: OpConfig, seed: int, max_elements: int = DEFAULT_MAX_ELEMENT
         else:
             per_input[inp.name] = distribution
     shapes = {i.name: shape_of(i.shape, dims) for i in op.inputs}
-    return CaseSpec(op.name, seed, strategy, dtype, layout, distribution, dims, shapes, per_input)
+    spec_plan = plan if op.default_distributions else 0  # an op's own list: the same case under every plan
+    return CaseSpec(op.name, seed, strategy, dtype, layout, distribution, dims, shapes, per_input, spec_plan)
 
 
 def iter_seeds(
@@ -329,7 +347,7 @@ def iter_seeds(
     check_count(count)
     if pinned:
         for seed in op.seeds:
-            yield derive_case(op, seed, max_elements)
+            yield derive_case(op, seed, max_elements, plan=op.pin_plans.get(seed, 1))
     seen = 0
     seed = base_seed
     limit = base_seed + (scan if scan is not None else max(count, 1) * 64 * max(len(op.dtypes), 1))
@@ -352,10 +370,16 @@ class Need:
     value: int | None = None
     distribution: str | None = None
     strategy: str | None = None
+    dtype: str | None = None
+    layout: str | None = None
+    wide: tuple[str, ...] = ()  # dims that must be 2 or more (a layout cannot show in a dim of 1)
 
     def met(self, spec: CaseSpec) -> bool:
         return (
             (self.dim is None or spec.dims.get(self.dim) == self.value)
+            and (self.dtype is None or spec.dtype == self.dtype)
+            and (self.layout is None or spec.layout == self.layout)
+            and all(spec.dims.get(d, 0) >= 2 for d in self.wide)
             and (self.strategy is None or spec.strategy == self.strategy)
             and (
                 self.distribution is None
@@ -366,6 +390,10 @@ class Need:
     def may_meet(self, op: OpConfig, seed: int) -> bool:
         """A cheap necessary condition (the window picks), checked before deriving the whole case."""
         if self.strategy is not None and _window_pick(op.name, "strategy", seed, strategy_window(op)) != self.strategy:
+            return False
+        if self.dtype is not None and _window_pick(op.name, "dtype", seed, op.dtypes) != self.dtype:
+            return False
+        if self.layout is not None and _window_pick(op.name, "layout", seed, op.layouts) != self.layout:
             return False
         return (
             self.distribution is None
@@ -381,6 +409,20 @@ def minimum_needs(op: OpConfig) -> list[Need]:
         low = min(dim.candidates) if dim.candidates is not None else dim.min
         out.append(Need(f"{name}={low}", dim=name, value=low))
     return out
+
+
+def pair_needs(op: OpConfig) -> list[Need]:
+    """Each (dtype, layout) pair of the op, at a shape whose dims are 2 or more (thorough runs): a kernel that
+    ignores strides in one dtype only (a dtype-specific code path) is otherwise caught by chance, in about 9
+    of 10 runs of 24 cases over 3 dtypes and 3 layouts."""
+    if len(op.dtypes) < 2 or len(op.layouts) < 2:
+        return []
+    wide = tuple(sorted(n for n, d in op.dims.items() if _reaches_two(d)))
+    return [Need(f"{d} {lay}", dtype=d, layout=lay, wide=wide) for d in op.dtypes for lay in op.layouts]
+
+
+def _reaches_two(dim: DimSpec) -> bool:
+    return (max(dim.candidates) if dim.candidates is not None else dim.max) >= 2
 
 
 def _takes(op: OpConfig, dist: str) -> bool:
@@ -502,7 +544,7 @@ def plan_thorough(
 ) -> list[CaseSpec]:
     """``count`` cases from ``base_seed`` (pinned first) covering dim minimums and structure distributions."""
     specs = list(iter_seeds(op, base_seed, count, accept=accept, max_elements=max_elements, cancel=cancel))
-    needs = minimum_needs(op) + structure_needs(op)
+    needs = minimum_needs(op) + structure_needs(op) + pair_needs(op)
     return cover(op, specs, needs, accept=accept, max_elements=max_elements)
 
 

@@ -46,6 +46,8 @@ from .keys import (
     MAX_SEED,
     MAX_ULP,
     NUMERIC_BOUNDS,
+    PLAN,
+    PLAN_DISTRIBUTIONS,
     SIGNS,
     _tname,
     check_budget,
@@ -152,6 +154,26 @@ class _Checker:
                 path,
                 f"{self.dotted(path)} must be in 0..{MAX_SEED}, got {value}",
                 "seeds travel as JSON numbers to editors, which hold integers exactly up to 2**53 - 1",
+            )
+
+    def pin(self, path: tuple[str | int, ...], value: Any) -> None:
+        """A pinned seed: an integer (a case of plan 1) or ``{ seed = N, plan = P }``."""
+        if not isinstance(value, dict):
+            self.seed(path, value)
+            return
+        for key in value:
+            if key not in ("seed", "plan"):
+                self.problem((*path, key), f"unknown key {key!r} in {self.dotted(path)}", "a pin has seed and plan")
+        if "seed" not in value:
+            self.problem(path, f"{self.dotted(path)} needs a seed: {{ seed = N, plan = {PLAN} }}")
+        else:
+            self.seed((*path, "seed"), value["seed"])
+        plan = value.get("plan", 1)
+        if self.typed((*path, "plan"), plan, "int") and plan not in PLAN_DISTRIBUTIONS:
+            self.problem(
+                (*path, "plan"),
+                f"{self.dotted((*path, 'plan'))} must be one of {sorted(PLAN_DISTRIBUTIONS)}, got {plan}",
+                "the plan version a seed was drawn under (docs/verdicts.md, plan versions)",
             )
 
     def str_list(
@@ -559,7 +581,7 @@ class _Checker:
             self.nonneg((*path, "iterations"), op["iterations"], "int", positive=True)
         if "seeds" in op and self.typed((*path, "seeds"), op["seeds"], "list"):
             for j, s in enumerate(op["seeds"]):
-                self.seed((*path, "seeds", j), s)
+                self.pin((*path, "seeds", j), s)
         if "kwargs" in op:
             self.table((*path, "kwargs"), op["kwargs"])
         for k in ("nan_contract", "strict"):
@@ -800,6 +822,7 @@ class _Checker:
             iterations=v.get("iterations", 50),
             timeout=float(v.get("timeout", 30.0)),
             distributions=tuple(v.get("distributions", DISTRIBUTIONS)),
+            distributions_listed="distributions" in v,
             max_failure_snapshots=v.get("max_failure_snapshots", 200),
             memory_limit_mb=v.get("memory_limit_mb"),
             **_domain(v),
@@ -958,7 +981,9 @@ class _Checker:
             output_dtype=op.get("output_dtype"),
             timeout=float(op["timeout"]) if "timeout" in op else None,
             iterations=op.get("iterations"),
-            seeds=tuple(op.get("seeds", ())),
+            seeds=tuple(_pin_seed(p) for p in op.get("seeds", ())),
+            pin_plans={_pin_seed(p): _pin_plan(p) for p in op.get("seeds", ())},
+            default_distributions="distributions" not in op and not validation.distributions_listed,
             budget=parse_duration(op["budget"]) if "budget" in op else None,
             cost=cost,
             cost_reason=cost_reason,
@@ -968,6 +993,16 @@ class _Checker:
             reference_call=op.get("reference_call", op.get("call", "positional")),
             **{k: v if k in op else getattr(validation, k) for k, v in _domain(op).items()},
         )
+
+
+def _pin_seed(pin: int | dict[str, Any]) -> int:
+    return int(pin["seed"]) if isinstance(pin, dict) else int(pin)
+
+
+def _pin_plan(pin: int | dict[str, Any]) -> int:
+    """A pin's plan version: a table's ``plan`` (default 1), and 1 for a bare integer, which is how every
+    seed pinned before plan versions existed is written."""
+    return int(pin.get("plan", 1)) if isinstance(pin, dict) else 1
 
 
 #: What ``cost = "auto"`` says of an op that imports triton: why it is planned as expensive.

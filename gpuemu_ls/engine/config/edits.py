@@ -20,15 +20,22 @@ def _op_table(doc: Any, index: int, name: str) -> Any:
     return ops[index]
 
 
-def pin_seed(text: str, index: int, name: str, seed: int) -> str:
-    """Add ``seed`` to the op's ``seeds`` (pinned regression cases, always run first)."""
+def pin_seed(text: str, index: int, name: str, seed: int, plan: int | None = None) -> str:
+    """Add ``seed`` to the op's ``seeds`` (pinned regression cases, always run first). A bare integer pins
+    the seed's plan-1 case; a case of a later plan version is pinned as ``{ seed = N, plan = P }``."""
     doc = tomlkit.parse(text)
     table = _op_table(doc, index, name)
     seeds = table.get("seeds")
+    entry: Any = seed
+    if plan is not None and plan > 1:
+        entry = tomlkit.inline_table()
+        entry["seed"] = seed
+        entry["plan"] = plan
+    pinned = {int(p["seed"]) if isinstance(p, dict) else int(p) for p in (seeds or [])}
     if seeds is None:
-        table["seeds"] = tomlkit.array([seed])
-    elif seed not in seeds:
-        seeds.append(seed)
+        table["seeds"] = tomlkit.array([entry])
+    elif seed not in pinned:
+        seeds.append(entry)
     return tomlkit.dumps(doc)
 
 

@@ -98,7 +98,7 @@ TABLES: dict[tuple[str, ...], dict[str, str]] = {
         "output_dtype": "Expected output dtype (default: the case dtype).",
         "timeout": "Seconds per call (overrides [validation].timeout).",
         "iterations": "Cases per run (overrides [validation].iterations).",
-        "seeds": "Pinned regression seeds, always run first.",
+        "seeds": "Pinned regression seeds, always run first: an integer (its plan-1 case) or { seed = N, plan = P } for a case drawn under a later plan version (the Pin action writes what is needed).",
         "budget": 'Time for this op\'s cases, e.g. "30s", or "off" (never cut, not even by the default work budget): caps the op\'s share of the run\'s budget.',
         "cost": '"auto" (default): "high" when the op imports triton (its kernels run in Triton\'s CPU interpreter), else "normal". "high": half the op\'s cases get small-scope shapes (1, 2, 3, tile-1, tile, tile+1, 2*tile+1 on one tiled dim, the other dims at 1..3), and without a time budget its cases are cut to a quarter of the plan\'s work (half in --quick), every coverage class kept: the same cases on every machine.',
         "description": "Free text.",
@@ -203,6 +203,7 @@ VALUE_DOCS: dict[str, dict[str, str]] = {
         "tail_max": "each row's maximum at its last element",
         "special": "NaN and ±inf sprinkled, each at least once",
         "nan_payloads": "NaNs of specific bit patterns: CUDA's canonical NaN, quiet and signalling NaNs with low payloads",
+        "peaked": "normal rows, each with one value 12..20 above the rest at a random position: confident logits, a softmax within ~1e-5 of one-hot (plan 2 and later)",
     },
     "sign": {"any": "no folding", "positive": "|v|", "negative": "-|v|"},
     "execution_mode": {

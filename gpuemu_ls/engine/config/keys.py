@@ -119,7 +119,18 @@ DISTRIBUTIONS = (
     "tail_max",  # each row's maximum at its last element
     "special",  # NaN and +-inf sprinkled, each at least once
     "nan_payloads",  # NaNs of specific bit patterns (canonical, quiet and signalling with low payloads)
+    "peaked",  # N(0, 1) rows, each with one dominant value (+12..+20) at a random position: confident logits
 )
+#: The plan version: what a bare (op, seed) means. Plan 1 drew from the first 18 distributions (no
+#: ``peaked``); plan 2 adds ``peaked`` to the default set. Only ops that take the default set see a
+#: difference (an op that lists its distributions draws the same case under every plan), and a seed
+#: recorded under plan 1 (stored cases, pins, baselines) replays under plan 1.
+PLAN = 2
+#: The default distributions of each plan.
+PLAN_DISTRIBUTIONS: dict[int, tuple[str, ...]] = {
+    1: tuple(d for d in DISTRIBUTIONS if d != "peaked"),
+    2: DISTRIBUTIONS,
+}
 #: What ``sign`` folds generated values to (zeros stay zeros).
 SIGNS = ("any", "positive", "negative")
 INVARIANTS = ("shape_preserved", "non_negative", "finite", "symmetric", "normalized")

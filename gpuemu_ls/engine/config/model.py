@@ -154,6 +154,11 @@ class OpConfig:
     timeout: float | None = None
     iterations: int | None = None
     seeds: tuple[int, ...] = ()
+    #: the plan version each pinned seed names (a table pin's ``plan``; a bare integer means plan 1, the
+    #: plan every pin written before plan versions existed was drawn under)
+    pin_plans: dict[int, int] = field(default_factory=dict)
+    #: neither the op nor [validation] lists distributions: the plan's default set (keys.PLAN_DISTRIBUTIONS)
+    default_distributions: bool = False
     budget: float | None = None  # seconds for this op's cases (math.inf: off); None: the run's or the default
     cost: str = "normal"  # "high": small-scope shapes (cases/plan.py) and a work budget (cases/budget.py)
     cost_reason: str = ""  # why the cost is high: "declared", or what ``cost = "auto"`` found
@@ -215,6 +220,7 @@ class ValidationConfig:
     iterations: int = 50
     timeout: float = 30.0
     distributions: tuple[str, ...] = DISTRIBUTIONS
+    distributions_listed: bool = False  # [validation] lists distributions (else: the plan's default set)
     max_failure_snapshots: int = 200
     memory_limit_mb: int | None = None
     # value domain of float inputs, for ops and inputs that set none (None: unset)

@@ -11,7 +11,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from ..config.keys import format_duration
+from ..config.keys import PLAN, format_duration
 from ..oracle.outcome import CaseResult
 
 KIND_TEXT = {
@@ -40,8 +40,23 @@ KIND_TEXT = {
 }
 
 
-def replay_command(op: str, seed: int, root: Path | None = None, cwd: Path | None = None) -> str:
-    """The command that replays (op, seed), runnable from ``cwd`` (with ``-C`` when that is not the workspace)."""
+def row_plan(row: dict[str, Any]) -> int | None:
+    """The plan version of a stored case row (from its spec; plan 1 for one stored before plan versions)."""
+    detail = row.get("detail")
+    if isinstance(detail, str):
+        try:
+            detail = json.loads(detail or "{}")
+        except ValueError:
+            return None
+    spec = (detail or {}).get("spec") if isinstance(detail, dict) else None
+    return int(spec.get("plan", 1)) if isinstance(spec, dict) else None
+
+
+def replay_command(
+    op: str, seed: int, root: Path | None = None, cwd: Path | None = None, *, plan: int | None = None
+) -> str:
+    """The command that replays (op, seed), runnable from ``cwd`` (with ``-C`` when that is not the workspace);
+    with ``--plan`` when the case was drawn under an earlier plan version than a bare seed now means."""
     cmd = ["gpuemu"]
     if root is not None and cwd is not None and root.resolve() != cwd.resolve():
         try:
@@ -50,6 +65,8 @@ def replay_command(op: str, seed: int, root: Path | None = None, cwd: Path | Non
         except ValueError:
             cmd += ["-C", str(root)]
     cmd += ["reproduce", "--op", op, "--seed", str(seed)]
+    if plan and plan != PLAN:
+        cmd += ["--plan", str(plan)]
     return shlex.join(cmd)
 
 
@@ -82,7 +99,7 @@ def case_line(r: CaseResult, root: Path | None = None, cwd: Path | None = None) 
         r.spec.layout,
         r.spec.distribution,
         _detail(r.kind, r.message, st["max_abs"], r.tolerance, st["max_ratio"]),
-        replay_command(r.op, r.seed, root, cwd),
+        replay_command(r.op, r.seed, root, cwd, plan=r.spec.plan),
     )
 
 
@@ -112,7 +129,7 @@ def row_line(row: dict[str, Any], root: Path | None = None, cwd: Path | None = N
         row["layout"],
         row["distribution"],
         detail,
-        replay_command(row["op"], row["seed"], root, cwd),
+        replay_command(row["op"], row["seed"], root, cwd, plan=row_plan(row)),
     )
 
 

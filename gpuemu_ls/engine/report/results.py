@@ -22,7 +22,7 @@ from ..config.locations import op_entry, op_source, reference_source
 from ..config.model import Config
 from ..oracle.outcome import PASSING_VERDICTS, CaseResult, OpOutcome, not_judged_reason
 from ..run.validate import RunResult
-from .lines import budget_head, replay_command
+from .lines import budget_head, replay_command, row_plan
 
 SCHEMA = 2
 MAX_FAILURES_PER_OP = 100
@@ -68,7 +68,7 @@ def failure_entry(r: CaseResult, root: Path) -> dict[str, Any]:
         "message": (r.message or "").strip().splitlines()[0][:500] if (r.message or "").strip() else "",
         "file": file,
         "line": r.line,
-        "replay": replay_command(r.op, r.seed),
+        "replay": replay_command(r.op, r.seed, plan=r.spec.plan),
     }
 
 
@@ -118,13 +118,17 @@ def _first_bad(r: CaseResult) -> list[int] | None:
 def _case_set(o: OpOutcome) -> dict[str, Any]:
     """Which cases an op ran (first seed, count): error figures compare only between the same cases."""
     seeds = [c.seed for c in o.cases]
-    return {"first_seed": min(seeds) if seeds else None, "count": len(seeds), "seeds_hash": hash_seeds(seeds)}
+    plan = max((c.spec.plan for c in o.cases), default=0)
+    return {"first_seed": min(seeds) if seeds else None, "count": len(seeds), "seeds_hash": hash_seeds(seeds, plan)}
 
 
-def hash_seeds(seeds: list[int]) -> str:
+def hash_seeds(seeds: list[int], plan: int = 0) -> str:
+    """Which cases ran, as a short hash: the seeds, and the plan version when a later one than 1 drew them
+    (so plan-1 hashes, all of them recorded before plan versions, keep their value)."""
     import hashlib
 
-    return hashlib.sha256(",".join(map(str, sorted(seeds))).encode()).hexdigest()[:16]
+    text = ",".join(map(str, sorted(seeds))) + (f"@plan{plan}" if plan > 1 else "")
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def op_entry_dict(config: Config, o: OpOutcome) -> dict[str, Any]:
@@ -434,7 +438,7 @@ def _row_failure(row: dict[str, Any], root: Path) -> dict[str, Any]:
         "message": msg.splitlines()[0][:500] if msg else "",
         "file": file,
         "line": detail.get("line"),
-        "replay": replay_command(row["op"], row["seed"]),
+        "replay": replay_command(row["op"], row["seed"], plan=row_plan(row)),
     }
 
 
@@ -502,7 +506,7 @@ def document_from_store(
                     "cases_run": {
                         "first_seed": min(seeds) if seeds else None,
                         "count": len(seeds),
-                        "seeds_hash": hash_seeds(seeds),
+                        "seeds_hash": hash_seeds(seeds, int(detail.get("plan") or 1)),
                     },
                 }
             )

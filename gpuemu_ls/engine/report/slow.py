@@ -13,7 +13,7 @@ from typing import Any
 
 from ..config.model import Config
 from ..oracle.outcome import PHASES
-from .lines import replay_command
+from .lines import replay_command, row_plan
 
 #: Cases ``--slow`` lists without a count.
 SLOW_DEFAULT = 10
@@ -50,7 +50,7 @@ def slow_cases(config: Config, store: Any, n: int = SLOW_DEFAULT, *, since: floa
                         "dtype": r["dtype"],
                         "strategy": r["strategy"],
                         "shapes": json.loads(r["shapes"] or "{}"),
-                        "replay": replay_command(row["op"], r["seed"]),
+                        "replay": replay_command(row["op"], r["seed"], plan=row_plan(r)),
                     }
                 )
         elapsed = float(row.get("duration") or 0.0)

@@ -24,7 +24,7 @@ import numpy as np
 from ..cases.budget import WorkCut
 from ..cases.generate import generate_inputs
 from ..cases.plan import CaseSpec, derive_case, plan_cases
-from ..config.keys import MAX_ITERATIONS
+from ..config.keys import MAX_ITERATIONS, PLAN
 from ..config.model import Config, OpConfig
 from ..errors import UsageError
 from ..oracle.diagnose import diagnose
@@ -606,6 +606,7 @@ def store_verdict(store: Store, run_id: str, outcome: OpOutcome, mode: str, **de
             "budget": outcome.budget,
             "timing": outcome.timing(),
             "edge_cases": len(outcome.edges),
+            "plan": max((c.spec.plan for c in outcome.cases), default=0),  # the plan version its seeds name
             "reason": not_judged_reason(outcome.cases) if outcome.status == "not_judged" else None,
             **detail,
         },
@@ -613,19 +614,34 @@ def store_verdict(store: Store, run_id: str, outcome: OpOutcome, mode: str, **de
 
 
 def replay_spec(
-    config: Config, op: OpConfig, seed: int, store: Store | None
+    config: Config,
+    op: OpConfig,
+    seed: int,
+    store: Store | None,
+    *,
+    regenerate: bool = False,
+    plan: int | None = None,
 ) -> tuple[CaseSpec, dict[str, np.ndarray] | None, str]:
-    """The case (op, seed) names: from the store's snapshot when there is one, else regenerated."""
+    """The case (op, seed) names: from the store's snapshot when there is one (unless ``regenerate``), else
+    regenerated under the plan version it was stored with (``plan`` when given; the current one for a
+    seed the store does not hold), so a case recorded by an earlier version replays as that case."""
     import json
 
-    if store is not None:
-        row = store.find_case(op.name, seed)
-        if row is not None and row.get("snapshot_id"):
-            snap = store.load_snapshot(row["snapshot_id"])
-            detail = json.loads(row["detail"] or "{}")
-            if snap is not None and detail.get("spec"):
-                return CaseSpec.from_dict(detail["spec"]), snap, f"stored snapshot {row['snapshot_id'][:12]}"
-    return derive_case(op, seed), None, "regenerated from (op, seed)"
+    row = store.find_case(op.name, seed) if store is not None and plan is None else None
+    stored_plan: int | None = None
+    if row is not None:
+        detail = json.loads(row["detail"] or "{}")
+        if detail.get("spec"):
+            stored = CaseSpec.from_dict(detail["spec"])
+            stored_plan = stored.plan or None
+            if row.get("snapshot_id") and not regenerate and store is not None:
+                snap = store.load_snapshot(row["snapshot_id"])
+                if snap is not None:
+                    return stored, snap, f"stored snapshot {row['snapshot_id'][:12]}"
+    chosen = plan if plan is not None else stored_plan
+    spec = derive_case(op, seed, plan=chosen)
+    where = "regenerated from (op, seed)" + (f" under plan {spec.plan}" if spec.plan and spec.plan != PLAN else "")
+    return spec, None, where
 
 
 __all__ = [

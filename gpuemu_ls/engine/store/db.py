@@ -111,6 +111,7 @@ def decode_arrays(blob: bytes) -> dict[str, np.ndarray]:
 #: The longest database path SQLite's unix VFS opens (MAX_PATHNAME), in bytes.
 SQLITE_MAX_PATHNAME = 512
 
+
 class Store:
     """A connection to one store file. Cheap to open; safe to use from several processes at once.
 

@@ -136,6 +136,7 @@ def _spec_with(spec: CaseSpec, op: OpConfig, dims: dict[str, int]) -> CaseSpec:
         dict(dims),
         shapes,
         dict(spec.input_distributions),
+        spec.plan,
     )
 
 

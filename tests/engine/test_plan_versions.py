@@ -1,0 +1,195 @@
+"""Plan versions (issue 25 item 4): ``peaked`` joins the default distributions without changing what a seed
+recorded by an earlier version means. Plan 1 (no ``peaked``) must draw, for every op of the examples, the
+very cases the previous release drew (hashes in data/plan1_cases.json, computed with that release's code);
+stored cases, pins, baselines and replay commands keep their plan."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from kit.ops import identity_py, op_toml, project_toml
+from kit.workspace import load_op, write_ws
+
+from gpuemu_ls.engine.cases.generate import generate_inputs
+from gpuemu_ls.engine.cases.plan import CaseSpec, derive_case, iter_seeds
+from gpuemu_ls.engine.config.edits import pin_seed
+from gpuemu_ls.engine.config.keys import DISTRIBUTIONS, PLAN, PLAN_DISTRIBUTIONS
+from gpuemu_ls.engine.config.load import load_config
+from gpuemu_ls.engine.errors import ConfigError
+from gpuemu_ls.engine.report.lines import replay_command
+from gpuemu_ls.engine.report.results import hash_seeds
+
+ROOT = Path(__file__).resolve().parents[2]
+PLAN1 = json.loads((Path(__file__).parent / "data" / "plan1_cases.json").read_text())
+
+
+def _cases_hash(op, plan: int) -> str:
+    d = [derive_case(op, s, plan=plan).to_dict() for s in range(400)]
+    for x in d:
+        x.pop("plan")
+    return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()
+
+
+@pytest.mark.parametrize("ws", ["examples/quickstart", "examples/buggy", "examples/families"])
+def test_plan_1_draws_what_the_previous_release_drew(ws: str) -> None:
+    cfg = load_config(ROOT / ws)
+    for op in cfg.ops:
+        assert _cases_hash(op, 1) == PLAN1[f"{ws}:{op.name}"], op.name
+
+
+def test_plan_2_adds_peaked_to_the_default_set_only() -> None:
+    assert PLAN == 2 and "peaked" in DISTRIBUTIONS and "peaked" not in PLAN_DISTRIBUTIONS[1]
+    assert PLAN_DISTRIBUTIONS[2] == DISTRIBUTIONS
+
+
+def _op(tmp_path: Path, **keys: object):
+    toml = project_toml(validation={"dtypes": ["float32"]}) + op_toml(
+        "o",
+        module="ops:op",
+        reference="ops:ref",
+        inputs={"x": ["B", "N"]},
+        dims={"B": (1, 8, 4), "N": (1, 64, 16)},
+        **keys,
+    )
+    return load_op(tmp_path, toml, "o", {"ops.py": identity_py("x")})
+
+
+def test_a_default_set_op_draws_peaked_now_and_an_op_with_its_own_list_is_the_same_under_every_plan(tmp_path) -> None:
+    op = _op(tmp_path)
+    now = [derive_case(op, s) for s in range(len(DISTRIBUTIONS))]
+    assert sorted(c.distribution for c in now) == sorted(DISTRIBUTIONS)  # one window: each once, peaked too
+    assert {c.plan for c in now} == {PLAN}
+    assert all(derive_case(op, s, plan=1).distribution != "peaked" for s in range(200))
+    listed = _op(tmp_path / "listed", distributions=["normal", "peaked", "boundary"])
+    for s in range(60):
+        a, b = derive_case(listed, s, plan=1), derive_case(listed, s)
+        assert a == b and a.plan == 0
+
+
+def test_pins_keep_their_plan_and_tables_pin_a_later_one(tmp_path) -> None:
+    op = _op(tmp_path, seeds=[5, {"seed": 6, "plan": 2}])
+    pinned = list(iter_seeds(op, 100, 0))
+    assert [(c.seed, c.plan) for c in pinned] == [(5, 1), (6, 2)]
+    assert pinned[0] == derive_case(op, 5, plan=1) and pinned[1] == derive_case(op, 6, plan=2)
+
+
+@pytest.mark.parametrize(
+    ("pin", "says"),
+    [
+        ({"seed": 6, "plan": 3}, "must be one of [1, 2]"),
+        ({"plan": 2}, "needs a seed"),
+        ({"seed": 6, "plans": 2}, "unknown key 'plans'"),
+        ({"seed": -1}, "must be in 0.."),
+        ({"seed": 6, "plan": "2"}, "must be an integer"),
+    ],
+)
+def test_a_malformed_pin_is_a_config_error(tmp_path, pin: dict, says: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        _op(tmp_path, seeds=[pin])
+    assert says in str(err.value), str(err.value)
+
+
+def test_the_pin_edit_writes_a_table_for_a_later_plan_and_a_bare_integer_otherwise(tmp_path) -> None:
+    text = project_toml() + op_toml("o", module="ops:op", reference="ops:ref")
+    once = pin_seed(text, 0, "o", 17)
+    twice = pin_seed(once, 0, "o", 18, 2)
+    assert "seeds = [17, {seed = 18, plan = 2}]" in twice.replace(" }", "}").replace("{ ", "{"), twice
+    assert pin_seed(twice, 0, "o", 18, 2) == twice  # already pinned
+
+
+def test_replay_commands_say_the_plan_only_when_it_is_not_what_a_bare_seed_means() -> None:
+    assert replay_command("o", 7, plan=PLAN) == "gpuemu reproduce --op o --seed 7"
+    assert replay_command("o", 7, plan=0) == "gpuemu reproduce --op o --seed 7"
+    assert replay_command("o", 7, plan=1) == "gpuemu reproduce --op o --seed 7 --plan 1"
+
+
+def test_seed_hashes_of_plan_1_keep_their_value_and_plan_2_differs() -> None:
+    old = hashlib.sha256(b"1,2,3").hexdigest()[:16]  # the formula baselines were written with
+    assert hash_seeds([3, 1, 2]) == old == hash_seeds([1, 2, 3], 1)
+    assert hash_seeds([1, 2, 3], 2) != old
+
+
+def test_a_case_stored_before_plan_versions_reads_as_plan_1() -> None:
+    d = {"op": "o", "seed": 1, "strategy": "default", "dtype": "float32", "layout": "contiguous"}
+    d |= {"distribution": "normal", "dims": {"N": 2}, "shapes": {"x": [2]}}
+    assert CaseSpec.from_dict(d).plan == 1
+
+
+def test_peaked_rows_have_one_dominant_value(tmp_path) -> None:
+    op = _op(tmp_path, distributions=["peaked"])
+    for seed in range(20):
+        spec = derive_case(op, seed)
+        x = np.asarray(generate_inputs(op, spec).logical["x"], dtype=np.float64)
+        rows = x.reshape(-1, x.shape[-1])
+        if rows.shape[-1] < 2:
+            continue
+        z = np.exp(rows - rows.max(axis=1, keepdims=True))
+        p = z / z.sum(axis=1, keepdims=True)
+        assert np.all(p.max(axis=1) > 1 - 1e-4), (seed, p.max(axis=1).min())
+        assert len(set(np.argmax(rows, axis=1).tolist())) >= 1
+
+
+OPS_BUG = """
+import numpy as np
+
+
+def op(x):
+    return (np.asarray(x, dtype=np.float64) * 2 + 1).astype(x.dtype)
+
+
+def ref(x):
+    return np.asarray(x, dtype=np.float64) * 2
+"""
+
+
+def test_a_stored_plan_1_case_replays_as_plan_1_from_the_cli(tmp_path) -> None:
+    """A store written before plan versions (its cases' specs carry no plan) replays each seed as the case it
+    stored, with and without its snapshot, and --plan regenerates either."""
+    toml = project_toml(validation={"dtypes": ["float32"], "iterations": 19}) + op_toml(
+        "o", module="ops:op", reference="ops:ref", inputs={"x": ["B", "N"]}, dims={"B": (1, 8, 4), "N": (1, 64, 16)}
+    )
+    root = write_ws(tmp_path, toml, {"ops.py": OPS_BUG})
+    cli = [sys.executable, "-m", "gpuemu_ls.cli", "-C", str(root)]
+    subprocess.run([*cli, "test"], capture_output=True, text=True, timeout=300)
+    op = load_config(root).op("o")
+    # a seed whose plan-1 and plan-2 cases differ in distribution
+    seed = next(s for s in range(19) if derive_case(op, s, plan=1).distribution != derive_case(op, s).distribution)
+    old = derive_case(op, seed, plan=1)
+    db = sqlite3.connect(root / ".gpuemu" / "gpuemu.db")
+    rows = db.execute("SELECT id, detail FROM cases WHERE op = 'o' AND seed = ?", (seed,)).fetchall()
+    assert rows, "the failing case is stored"
+    for rid, detail in rows:  # as an earlier release stored it: its plan-1 spec, no plan key, no snapshot
+        d = json.loads(detail)
+        spec = old.to_dict()
+        spec.pop("plan")
+        d["spec"] = spec
+        db.execute(
+            "UPDATE cases SET detail = ?, snapshot_id = NULL, distribution = ? WHERE id = ?",
+            (json.dumps(d), old.distribution, rid),
+        )
+    db.commit()
+    db.close()
+    for extra, dist in (
+        ([], old.distribution),
+        (["--regenerate"], old.distribution),
+        (["--plan", "2"], derive_case(op, seed).distribution),
+    ):
+        out = subprocess.run(
+            [*cli, "reproduce", "--op", "o", "--seed", str(seed), "--no-repro", "--format", "json", *extra],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        doc = json.loads(out.stdout)
+        got = json.dumps(doc)
+        assert f'"distribution": "{dist}"' in got, (extra, dist, got[:600])
+    # its failure line names the plan it needs
+    failures = subprocess.run([*cli, "failures", "--op", "o"], capture_output=True, text=True, timeout=120).stdout
+    assert f"--seed {seed} --plan 1" in failures, failures
