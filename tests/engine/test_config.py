@@ -9,7 +9,7 @@ import pytest
 
 from gpuemu_ls.engine import dtypes as dt
 from gpuemu_ls.engine.cases.generate import Domain, value_domain
-from gpuemu_ls.engine.config.keys import DISTRIBUTIONS
+from gpuemu_ls.engine.config.keys import DEFAULT_DISTRIBUTIONS
 from gpuemu_ls.engine.config.load import load_config
 from gpuemu_ls.engine.config.model import ArtifactChecksConfig, DimSpec, InputSpec, Tolerance, resolve_tolerance
 from gpuemu_ls.engine.errors import ConfigError, Problem
@@ -270,7 +270,7 @@ def test_defaults_when_keys_are_absent(workspace) -> None:
     cfg = load_config(workspace(OP_HEAD, {"ops.py": OPS_PY}))
     op = cfg.op("a")
     assert cfg.validation.dtypes == ("float32",) and cfg.validation.seed == 0
-    assert op.layouts == ("contiguous", "transposed", "strided") and op.distributions == DISTRIBUTIONS
+    assert op.layouts == ("contiguous", "transposed", "strided") and op.distributions == DEFAULT_DISTRIBUTIONS
     assert op.execution_mode == "in_process" and op.framework == "numpy"
     assert cfg.ci.quick_dtypes is None  # not set: float32 plus a few half-precision cases
     assert (op.scale, op.offset, op.sign, op.range) == (None, None, None, None)

@@ -22,7 +22,7 @@ from gpuemu_ls.engine.cases.plan import (
     plan_thorough,
     regular_values,
 )
-from gpuemu_ls.engine.config.keys import DISTRIBUTIONS
+from gpuemu_ls.engine.config.keys import DEFAULT_DISTRIBUTIONS
 from gpuemu_ls.engine.config.load import load_config
 from gpuemu_ls.engine.config.model import DimSpec, OpConfig
 from gpuemu_ls.engine.run.validate import plan_op
@@ -99,7 +99,7 @@ def test_case_spec_round_trips_through_a_dict(golden_op: OpConfig) -> None:
         ("strategy", tuple(sorted(set(STRATEGY_WINDOW)))),
         ("dtype", ("float32", "float16", "bfloat16")),
         ("layout", ("contiguous", "transposed", "strided")),
-        ("distribution", DISTRIBUTIONS),  # the current plan's default set, ``peaked`` included
+        ("distribution", DEFAULT_DISTRIBUTIONS),  # the current plan's default set
     ],
 )
 def test_every_window_of_n_seeds_covers_each_option_once(golden_op: OpConfig, axis: str, options) -> None:
@@ -296,8 +296,8 @@ def test_structure_coverage_keeps_pinned_seeds_and_the_filter(tmp_path) -> None:
     assert all(s.dtype == "float32" for s in specs[2:])
     for d in STRUCTURE_DISTRIBUTIONS:
         assert any(s.distribution == d and s.strategy == "boundary" for s in specs[2:]), d
-    # an op that lists no structure distribution (and has one layout: no pairs to cover) gets the plain seeds
-    plain = dataclasses.replace(op, distributions=("normal", "uniform"), layouts=("contiguous",), seeds=())
+    # an op that lists no structure distribution gets the plain seeds
+    plain = dataclasses.replace(op, distributions=("normal", "uniform"), seeds=())
     assert [s.seed for s in plan_thorough(plain, 0, 20)] == list(range(20))
 
 

@@ -35,8 +35,7 @@ Modes pick seeds, not cases, so every case of every mode replays from (op, seed)
 cases that chance would often leave out, its *needs*: every dim at its minimum (the smallest
 candidate of a candidate list); in thorough runs, each structure distribution the op lists
 (``STRUCTURE_DISTRIBUTIONS``: rare row structures that only bite where the last tile is partial) at
-a ``boundary`` shape, and each (dtype, layout) pair at dims of 2 or more; in quick runs, each of
-``QUICK_DISTRIBUTIONS`` the op lists. For each need no
+a ``boundary`` shape; in quick runs, each of ``QUICK_DISTRIBUTIONS`` the op lists. For each need no
 case meets, the next seed after the run's last that the run's filter keeps and that meets it
 replaces the last free case (not pinned, not itself a replacement) whose loss leaves every need met
 so far met. The count stays what was asked and pinned seeds are untouched.
@@ -370,16 +369,10 @@ class Need:
     value: int | None = None
     distribution: str | None = None
     strategy: str | None = None
-    dtype: str | None = None
-    layout: str | None = None
-    wide: tuple[str, ...] = ()  # dims that must be 2 or more (a layout cannot show in a dim of 1)
 
     def met(self, spec: CaseSpec) -> bool:
         return (
             (self.dim is None or spec.dims.get(self.dim) == self.value)
-            and (self.dtype is None or spec.dtype == self.dtype)
-            and (self.layout is None or spec.layout == self.layout)
-            and all(spec.dims.get(d, 0) >= 2 for d in self.wide)
             and (self.strategy is None or spec.strategy == self.strategy)
             and (
                 self.distribution is None
@@ -390,10 +383,6 @@ class Need:
     def may_meet(self, op: OpConfig, seed: int) -> bool:
         """A cheap necessary condition (the window picks), checked before deriving the whole case."""
         if self.strategy is not None and _window_pick(op.name, "strategy", seed, strategy_window(op)) != self.strategy:
-            return False
-        if self.dtype is not None and _window_pick(op.name, "dtype", seed, op.dtypes) != self.dtype:
-            return False
-        if self.layout is not None and _window_pick(op.name, "layout", seed, op.layouts) != self.layout:
             return False
         return (
             self.distribution is None
@@ -409,20 +398,6 @@ def minimum_needs(op: OpConfig) -> list[Need]:
         low = min(dim.candidates) if dim.candidates is not None else dim.min
         out.append(Need(f"{name}={low}", dim=name, value=low))
     return out
-
-
-def pair_needs(op: OpConfig) -> list[Need]:
-    """Each (dtype, layout) pair of the op, at a shape whose dims are 2 or more (thorough runs): a kernel that
-    ignores strides in one dtype only (a dtype-specific code path) is otherwise caught by chance, in about 9
-    of 10 runs of 24 cases over 3 dtypes and 3 layouts."""
-    if len(op.dtypes) < 2 or len(op.layouts) < 2:
-        return []
-    wide = tuple(sorted(n for n, d in op.dims.items() if _reaches_two(d)))
-    return [Need(f"{d} {lay}", dtype=d, layout=lay, wide=wide) for d in op.dtypes for lay in op.layouts]
-
-
-def _reaches_two(dim: DimSpec) -> bool:
-    return (max(dim.candidates) if dim.candidates is not None else dim.max) >= 2
 
 
 def _takes(op: OpConfig, dist: str) -> bool:
@@ -544,7 +519,7 @@ def plan_thorough(
 ) -> list[CaseSpec]:
     """``count`` cases from ``base_seed`` (pinned first) covering dim minimums and structure distributions."""
     specs = list(iter_seeds(op, base_seed, count, accept=accept, max_elements=max_elements, cancel=cancel))
-    needs = minimum_needs(op) + structure_needs(op) + pair_needs(op)
+    needs = minimum_needs(op) + structure_needs(op)
     return cover(op, specs, needs, accept=accept, max_elements=max_elements)
 
 

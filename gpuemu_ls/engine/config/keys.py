@@ -121,16 +121,20 @@ DISTRIBUTIONS = (
     "nan_payloads",  # NaNs of specific bit patterns (canonical, quiet and signalling with low payloads)
     "peaked",  # N(0, 1) rows, each with one dominant value (+12..+20) at a random position: confident logits
 )
-#: The plan version: what a bare (op, seed) means. Plan 1 drew from the first 18 distributions (no
+#: The plan version: what a bare (op, seed) means. Plan 1 draws from the first 18 distributions (no
 #: ``peaked``); plan 2 adds ``peaked`` to the default set. Only ops that take the default set see a
 #: difference (an op that lists its distributions draws the same case under every plan), and a seed
-#: recorded under plan 1 (stored cases, pins, baselines) replays under plan 1.
-PLAN = 2
+#: recorded under a plan (stored cases, pins, baselines) replays under that plan. Plan 1 is still the
+#: default: plan 2 is selectable (``reproduce --plan 2``, ``{ seed = N, plan = 2 }`` pins) and becomes
+#: the default once the suite's seed-specific expectations are re-derived under it (issue 25).
+PLAN = 1
 #: The default distributions of each plan.
 PLAN_DISTRIBUTIONS: dict[int, tuple[str, ...]] = {
     1: tuple(d for d in DISTRIBUTIONS if d != "peaked"),
     2: DISTRIBUTIONS,
 }
+#: What an op draws from when neither it nor [validation] lists distributions.
+DEFAULT_DISTRIBUTIONS = PLAN_DISTRIBUTIONS[PLAN]
 #: What ``sign`` folds generated values to (zeros stay zeros).
 SIGNS = ("any", "positive", "negative")
 INVARIANTS = ("shape_preserved", "non_negative", "finite", "symmetric", "normalized")

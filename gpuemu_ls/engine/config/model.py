@@ -12,7 +12,7 @@ from typing import Any
 
 from .. import dtypes as dt
 from ..errors import Problem
-from .keys import DISTRIBUTIONS
+from .keys import DEFAULT_DISTRIBUTIONS
 from .tomlpos import PositionIndex, Span
 
 
@@ -219,7 +219,7 @@ class ValidationConfig:
     tolerances: dict[str, Tolerance] = field(default_factory=dict)
     iterations: int = 50
     timeout: float = 30.0
-    distributions: tuple[str, ...] = DISTRIBUTIONS
+    distributions: tuple[str, ...] = DEFAULT_DISTRIBUTIONS
     distributions_listed: bool = False  # [validation] lists distributions (else: the plan's default set)
     max_failure_snapshots: int = 200
     memory_limit_mb: int | None = None
