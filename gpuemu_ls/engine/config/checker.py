@@ -157,6 +157,33 @@ class _Checker:
                 "seeds travel as JSON numbers to editors, which hold integers exactly up to 2**53 - 1",
             )
 
+    def inplace(self, path: tuple[str | int, ...], op: dict[str, Any]) -> None:
+        """``inplace``: names of the op's inputs, for an op gpuemu calls in its own process (a script gets
+        copies through the protocol: what it writes never comes back)."""
+        if not self.typed((*path, "inplace"), op["inplace"], "list"):
+            return
+        if isinstance(op.get("inputs"), dict):
+            known = list(op["inputs"])
+        elif isinstance(op.get("input_names"), list):
+            known = [n for n in op["input_names"] if isinstance(n, str)]
+        else:
+            known = ["x"]
+        for j, name in enumerate(op["inplace"]):
+            if not self.typed((*path, "inplace", j), name, "str"):
+                continue
+            if name not in known:
+                self.problem(
+                    (*path, "inplace", j),
+                    f"{self.dotted((*path, 'inplace', j))} names {name!r}, which is not an input of the op",
+                    f"its inputs: {', '.join(known)}",
+                )
+        if op.get("execution_mode") == "script_based" or ("op_script" in op and "module" not in op):
+            self.problem(
+                (*path, "inplace"),
+                f"{self.dotted((*path, 'inplace'))} needs an op gpuemu calls in-process (module = ...)",
+                "a script op gets copies of its inputs through the protocol: what it writes never comes back",
+            )
+
     def pin(self, path: tuple[str | int, ...], value: Any) -> None:
         """A pinned seed: an integer (a case of plan 1) or ``{ seed = N, plan = P }``."""
         if not isinstance(value, dict):
@@ -588,6 +615,8 @@ class _Checker:
         for k in ("nan_contract", "strict"):
             if k in op:
                 self.typed((*path, k), op[k], "bool")
+        if "inplace" in op:
+            self.inplace(path, op)
         if "budget" in op:
             self.budget((*path, "budget"), op["budget"])
         if "cost" in op:
@@ -989,6 +1018,7 @@ class _Checker:
             cost=cost,
             cost_reason=cost_reason,
             nan_contract=bool(op.get("nan_contract", False)),
+            inplace=tuple(op.get("inplace", ())),
             strict=bool(op.get("strict", validation.strict)),
             call=op.get("call", "positional"),
             reference_call=op.get("reference_call", op.get("call", "positional")),

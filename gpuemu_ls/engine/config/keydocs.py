@@ -103,6 +103,7 @@ TABLES: dict[tuple[str, ...], dict[str, str]] = {
         "cost": '"auto" (default): "high" when the op imports triton (its kernels run in Triton\'s CPU interpreter), else "normal". "high": half the op\'s cases get small-scope shapes (1, 2, 3, tile-1, tile, tile+1, 2*tile+1 on one tiled dim, the other dims at 1..3), and without a time budget its cases are cut to a quarter of the plan\'s work (half in --quick), every coverage class kept: the same cases on every machine.',
         "description": "Free text.",
         "strict": "Edge findings of this op fail (default: [validation] strict, else false): failures that show only where a product of two inputs overflows the accumulation precision, or where NaN/inf inputs propagate differently from the reference. By default they are shown and do not fail.",
+        "inplace": "Inputs the op writes its result into (e.g. a cross-entropy that writes the gradient into its logits): the op gets a private copy, the written input is judged as an output of that name (the reference returns it under that name, in a dict), and writing into it is not an input mutation. The op may return None or its other outputs.",
         "nan_contract": "A NaN the reference returns from NaN-free inputs is the op's contract there (the op must return NaN too). By default such a reference NaN is reported as suspect and the op's answer there is not judged.",
         "scale": "Multiplies generated float values (first step of the value domain).",
         "offset": "Added to generated float values, after scale.",

@@ -205,6 +205,7 @@ _OP_KEYS = {
     "description",
     "nan_contract",
     "strict",
+    "inplace",
     "call",
     "reference_call",
     "scale",

@@ -162,6 +162,7 @@ class OpConfig:
     budget: float | None = None  # seconds for this op's cases (math.inf: off); None: the run's or the default
     cost: str = "normal"  # "high": small-scope shapes (cases/plan.py) and a work budget (cases/budget.py)
     cost_reason: str = ""  # why the cost is high: "declared", or what ``cost = "auto"`` found
+    inplace: tuple[str, ...] = ()  # inputs the op writes its result into: judged as outputs of those names
     nan_contract: bool = False  # a NaN the reference returns from NaN-free inputs is the op's contract there
     strict: bool = False  # edge findings fail (oracle/tier.py); the op's ``strict``, else [validation]'s
     call: str = "positional"  # how the op's function receives its inputs (CALL_STYLES)

@@ -125,6 +125,8 @@ def run_case(
         kind = f"{who}_{exc.kind}" if exc.kind != "raised" else f"{who}_error"
         return fail("error", kind, exc.message, file=exc.file, line=exc.line, stderr=exc.stderr)
 
+    # an in-place input (``inplace``): the reference reads its values from before the op wrote them
+    unwritten = {n: np.array(inputs.logical[n], copy=True) for n in op.inplace if n in inputs.logical}
     phase("op")
     t0 = time.perf_counter()
     try:
@@ -133,14 +135,27 @@ def run_case(
         return call_failed("op", exc)
     result.durations["op"] = time.perf_counter() - t0
 
-    mutated = [n for n, v in inputs.views.items() if not _same_bytes(_memory(v, spec.layout), pristine[n])]
+    mutated = [
+        n
+        for n, v in inputs.views.items()
+        if n not in unwritten and not _same_bytes(_memory(v, spec.layout), pristine[n])
+    ]
     if mutated:
         return fail(
             "failed", "input_mutation", f"the op wrote into its input(s) {', '.join(mutated)}: inputs must be read-only"
         )
+    clash = sorted(set(unwritten) & set(op_out))
+    if clash:
+        return fail(
+            "failed",
+            "output_names",
+            f"the op returns an output named {clash[0]!r}, the name of the input it writes in place (inplace)",
+        )
+    for n in unwritten:  # the written input is an output of its name
+        op_out[n] = np.array(inputs.views[n], copy=True)
 
     phase("reference")
-    ref_inputs = {n: promote(a) for n, a in inputs.logical.items()}
+    ref_inputs = {n: promote(unwritten.get(n, a)) for n, a in inputs.logical.items()}
     t0 = time.perf_counter()
     try:
         ref_out, ref_overflowed = call_flagged(ctx.ref_runner, ref_inputs, dict(op.kwargs))

@@ -12,6 +12,7 @@ reports it.
 
 from __future__ import annotations
 
+import functools
 import io
 import sys
 import sysconfig
@@ -116,8 +117,11 @@ def load_callable(root: Path, ref: str) -> Callable[..., Any]:
     return fn
 
 
-def as_outputs(value: Any, adapter: Adapter, who: str) -> dict[str, np.ndarray]:
-    """Name a callable's return value: an array is ``result``; a dict keeps its names; a tuple is ``result0..``."""
+def as_outputs(value: Any, adapter: Adapter, who: str, *, none_ok: bool = False) -> dict[str, np.ndarray]:
+    """Name a callable's return value: an array is ``result``; a dict keeps its names; a tuple is ``result0..``;
+    None is no outputs when ``none_ok`` (an in-place op whose results are its written inputs)."""
+    if value is None and none_ok:
+        return {}
     if isinstance(value, dict):
         if not value:
             raise CallError("bad_output", f"{who} returned an empty dict")
@@ -157,6 +161,8 @@ class Runner:
     """Calls an op or a reference: named numpy inputs in, named numpy outputs out."""
 
     where: str = ""
+    #: inputs the op writes its result into (``inplace``): their tensors are read back as outputs
+    inplace: tuple[str, ...] = ()
 
     def call(self, inputs: dict[str, np.ndarray], kwargs: dict[str, Any]) -> dict[str, np.ndarray]:
         raise NotImplementedError
@@ -186,6 +192,8 @@ class CallableRunner(Runner):
             args.append(tensor)
             if back is not None:
                 backs.append(back)
+            elif name in self.inplace:  # a copy that cannot be written back: read the tensor itself
+                backs.append(functools.partial(_read_back, self.adapter, tensor, inputs[name]))
         try:
             if self.style == "kwargs":
                 value = self.fn(**dict(zip(self.order, args)), **kwargs)
@@ -211,7 +219,19 @@ class CallableRunner(Runner):
         finally:
             for back in backs:
                 back()
-        return as_outputs(value, self.adapter, self.who)
+        return as_outputs(value, self.adapter, self.who, none_ok=bool(self.inplace))
+
+
+def _read_back(adapter: Adapter, tensor: Any, arr: np.ndarray) -> None:
+    """Copy an in-place input's tensor into the engine's array (after the op), when they are not one memory."""
+    if tensor is arr:
+        return
+    try:
+        got = adapter.to_numpy(tensor)
+    except Exception:  # a tensor the op replaced or freed: the array keeps what it had
+        return
+    if got.shape == arr.shape and not np.shares_memory(got, arr):
+        arr[...] = got
 
 
 def _from_user(exc: BaseException, root: Path) -> bool:
@@ -395,7 +415,9 @@ def op_runner(
         return ScriptRunner(root, op.op_script, "op", strides=strides, isolated=isolated)
     if op.module is not None:
         adapter = get_adapter(framework or op.framework, device)
-        return CallableRunner(root, module(op.module), op.input_names, adapter, "op", op.call)
+        runner = CallableRunner(root, module(op.module), op.input_names, adapter, "op", op.call)
+        runner.inplace = op.inplace
+        return runner
     return None
 
 
