@@ -25,25 +25,19 @@ def _softmax(z):
     return e / e.sum(axis=-1, keepdims=True)
 
 
-def xent(logits, target):
+def xent(logits, target, mean=True):
     # like fused cross-entropy kernels: the loss is returned, the gradient overwrites the logits
     z = np.asarray(logits, dtype=np.float32)
     n = z.shape[0]
     p = _softmax(z)
     loss = -np.log(np.maximum(p[np.arange(n), target], 1e-30)).mean()
     p[np.arange(n), target] -= 1.0
-    logits[...] = (p / n).astype(logits.dtype)
+    logits[...] = (p / n if mean else p).astype(logits.dtype)
     return {"loss": np.asarray(loss, dtype=logits.dtype)}
 
 
 def xent_bug(logits, target):
-    z = np.asarray(logits, dtype=np.float32)
-    n = z.shape[0]
-    p = _softmax(z)
-    loss = -np.log(np.maximum(p[np.arange(n), target], 1e-30)).mean()
-    p[np.arange(n), target] -= 1.0
-    logits[...] = p.astype(logits.dtype)  # forgot the 1/n of the mean
-    return {"loss": np.asarray(loss, dtype=logits.dtype)}
+    return xent(logits, target, mean=False)  # forgot the 1/n of the mean
 
 
 def xent_ref(logits, target):
@@ -86,7 +80,11 @@ def _workspace(tmp_path: Path) -> Path:
     ):
         toml += op_toml(name, module=f"ops:{fn}", reference="ops:xent_ref", inputs=XENT_INPUTS, dims=DIMS, **keys)
     toml += op_toml(
-        "double", module="ops:double_", reference="ops:double_ref", inplace=["x"], dims={"B": (1, 8, 4), "N": (1, 64, 16)}
+        "double",
+        module="ops:double_",
+        reference="ops:double_ref",
+        inplace=["x"],
+        dims={"B": (1, 8, 4), "N": (1, 64, 16)},
     )
     return write_ws(tmp_path, toml, {"ops.py": OPS})
 
@@ -100,7 +98,8 @@ def test_inplace_ops_are_judged_on_what_they_write(tmp_path: Path) -> None:
     assert ops["double"]["status"] == "passed", out(proc)
     bug = ops["xent_bug"]
     assert bug["status"] == "failed", out(proc)
-    assert all("'logits'" in f["message"] or "logits" in str(f.get("worst")) for f in bug["failures"]), bug["failures"][0]
+    on_logits = ["'logits'" in f["message"] or "logits" in str(f.get("worst")) for f in bug["failures"]]
+    assert all(on_logits), bug["failures"][0]
     undeclared = ops["xent_undeclared"]
     assert undeclared["status"] == "failed" and undeclared["failures"][0]["kind"] == "input_mutation", undeclared
     assert proc.returncode == 1
@@ -112,7 +111,7 @@ def test_inplace_ops_are_judged_on_what_they_write(tmp_path: Path) -> None:
     script = root / ".gpuemu" / "repro" / f"xent_bug_{seed}.py"
     run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, check=False)
     assert run.returncode == 1 and "logits" in run.stdout + run.stderr, run.stdout + run.stderr
-    (root / "ops.py").write_text(OPS.replace("logits[...] = p.astype(logits.dtype)", "logits[...] = (p / n).astype(logits.dtype)"))
+    (root / "ops.py").write_text(OPS.replace("mean=False)", "mean=True)"))
     fixed = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, check=False)
     assert fixed.returncode == 0, fixed.stdout + fixed.stderr
 
@@ -120,7 +119,11 @@ def test_inplace_ops_are_judged_on_what_they_write(tmp_path: Path) -> None:
 def test_a_torch_op_that_writes_its_input_in_place(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     toml = project_toml(project={"name": "t", "framework": "pytorch"}, validation={"iterations": 8}) + op_toml(
-        "double_t", module="ops:double_t", reference="ops:double_ref", inplace=["x"], dims={"B": (1, 8, 4), "N": (1, 64, 16)}
+        "double_t",
+        module="ops:double_t",
+        reference="ops:double_ref",
+        inplace=["x"],
+        dims={"B": (1, 8, 4), "N": (1, 64, 16)},
     )
     root = write_ws(tmp_path, toml, {"ops.py": OPS})
     proc = gpuemu("test", "--format", "json", cwd=root)
