@@ -53,6 +53,8 @@ from .keys import (
     _tname,
     check_budget,
     parse_duration,
+    pinned_plan,
+    pinned_seed,
 )
 from .model import (
     ArtifactChecksConfig,
@@ -162,12 +164,7 @@ class _Checker:
         copies through the protocol: what it writes never comes back)."""
         if not self.typed((*path, "inplace"), op["inplace"], "list"):
             return
-        if isinstance(op.get("inputs"), dict):
-            known = list(op["inputs"])
-        elif isinstance(op.get("input_names"), list):
-            known = [n for n in op["input_names"] if isinstance(n, str)]
-        else:
-            known = ["x"]
+        known = _input_names(op)
         for j, name in enumerate(op["inplace"]):
             if not self.typed((*path, "inplace", j), name, "str"):
                 continue
@@ -973,7 +970,7 @@ class _Checker:
         for name, spec in raw_dims.items():
             dims[name] = _dim(name, spec)
         if "inputs" in op:
-            order = op.get("input_names") or list(op["inputs"])
+            order = _input_names(op)
             inputs = tuple(
                 InputSpec(
                     name=n,
@@ -988,7 +985,7 @@ class _Checker:
                 for n in order
             )
         else:
-            inputs = tuple(InputSpec(n, DEFAULT_INPUT_SHAPE) for n in op.get("input_names", ["x"]))
+            inputs = tuple(InputSpec(n, DEFAULT_INPUT_SHAPE) for n in _input_names(op))
         mode = op.get("execution_mode") or ("script_based" if "op_script" in op else "in_process")
         cost, cost_reason = op_cost(root, op)
         return OpConfig(
@@ -1011,8 +1008,8 @@ class _Checker:
             output_dtype=op.get("output_dtype"),
             timeout=float(op["timeout"]) if "timeout" in op else None,
             iterations=op.get("iterations"),
-            seeds=tuple(_pin_seed(p) for p in op.get("seeds", ())),
-            pin_plans={_pin_seed(p): _pin_plan(p) for p in op.get("seeds", ())},
+            seeds=tuple(pinned_seed(p) for p in op.get("seeds", ())),
+            pin_plans={pinned_seed(p): pinned_plan(p) for p in op.get("seeds", ())},
             default_distributions="distributions" not in op and not validation.distributions_listed,
             budget=parse_duration(op["budget"]) if "budget" in op else None,
             cost=cost,
@@ -1026,14 +1023,12 @@ class _Checker:
         )
 
 
-def _pin_seed(pin: int | dict[str, Any]) -> int:
-    return int(pin["seed"]) if isinstance(pin, dict) else int(pin)
-
-
-def _pin_plan(pin: int | dict[str, Any]) -> int:
-    """A pin's plan version: a table's ``plan`` (default 1), and 1 for a bare integer, which is how every
-    seed pinned before plan versions existed is written."""
-    return int(pin.get("plan", 1)) if isinstance(pin, dict) else 1
+def _input_names(op: dict[str, Any]) -> list[str]:
+    """An op's input names in call order: ``input_names``, else its ``[ops.inputs]`` tables, else ``x``."""
+    names = op.get("input_names")
+    if isinstance(names, list) and names:
+        return [n for n in names if isinstance(n, str)]
+    return list(op["inputs"]) if isinstance(op.get("inputs"), dict) else ["x"]
 
 
 #: What ``cost = "auto"`` says of an op that imports triton: why it is planned as expensive.

@@ -11,6 +11,7 @@ from typing import Any
 import tomlkit
 
 from ..errors import UsageError
+from .keys import pinned_seed
 
 
 def _op_table(doc: Any, index: int, name: str) -> Any:
@@ -31,7 +32,7 @@ def pin_seed(text: str, index: int, name: str, seed: int, plan: int | None = Non
         entry = tomlkit.inline_table()
         entry["seed"] = seed
         entry["plan"] = plan
-    pinned = {int(p["seed"]) if isinstance(p, dict) else int(p) for p in (seeds or [])}
+    pinned = {pinned_seed(p) for p in (seeds or [])}
     if seeds is None:
         table["seeds"] = tomlkit.array([entry])
     elif seed not in pinned:

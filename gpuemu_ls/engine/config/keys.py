@@ -135,6 +135,19 @@ PLAN_DISTRIBUTIONS: dict[int, tuple[str, ...]] = {
 }
 #: What an op draws from when neither it nor [validation] lists distributions.
 DEFAULT_DISTRIBUTIONS = PLAN_DISTRIBUTIONS[PLAN]
+
+
+def pinned_seed(pin: int | dict[str, Any]) -> int:
+    """The seed of an entry of an op's ``seeds``: an integer, or ``{ seed = N, plan = P }``."""
+    return int(pin["seed"]) if isinstance(pin, dict) else int(pin)
+
+
+def pinned_plan(pin: int | dict[str, Any]) -> int:
+    """A pin's plan version: a table's ``plan`` (default 1), and 1 for a bare integer, which is how every
+    seed pinned before plan versions existed is written."""
+    return int(pin.get("plan", 1)) if isinstance(pin, dict) else 1
+
+
 #: What ``sign`` folds generated values to (zeros stay zeros).
 SIGNS = ("any", "positive", "negative")
 INVARIANTS = ("shape_preserved", "non_negative", "finite", "symmetric", "normalized")

@@ -173,10 +173,18 @@ class CallableRunner(Runner):
     (``positional``, ``kwargs`` or ``dict``) says how a library's existing function takes its inputs."""
 
     def __init__(
-        self, root: Path, ref: str, order: tuple[str, ...], adapter: Adapter, who: str, call: str = "positional"
+        self,
+        root: Path,
+        ref: str,
+        order: tuple[str, ...],
+        adapter: Adapter,
+        who: str,
+        call: str = "positional",
+        inplace: tuple[str, ...] = (),
     ) -> None:
         self.root = root
         self.style = call
+        self.inplace = inplace
         self.ref = ref
         self.order = order
         self.adapter = adapter
@@ -415,9 +423,7 @@ def op_runner(
         return ScriptRunner(root, op.op_script, "op", strides=strides, isolated=isolated)
     if op.module is not None:
         adapter = get_adapter(framework or op.framework, device)
-        runner = CallableRunner(root, module(op.module), op.input_names, adapter, "op", op.call)
-        runner.inplace = op.inplace
-        return runner
+        return CallableRunner(root, module(op.module), op.input_names, adapter, "op", op.call, op.inplace)
     return None
 
 

@@ -391,7 +391,8 @@ def compare(name, out, ref, bound, excused):
 def main():
     fw = Framework(FRAMEWORK)
     logical, bounds, excused = load_inputs()
-    unwritten = {k: np.array(v, copy=True) for k, v in logical.items()}  # what the reference reads
+    # the reference reads an in-place input's values from before the op wrote them
+    unwritten = {k: (np.array(v, copy=True) if k in INPLACE else v) for k, v in logical.items()}
     views = {k: with_layout(v, LAYOUT) for k, v in logical.items()}
     before = {k: np.array(v.base if isinstance(v.base, np.ndarray) else v) for k, v in views.items()}
     if OP_SCRIPT:
