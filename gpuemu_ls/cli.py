@@ -422,6 +422,8 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     if case is None:
         print(f"  {outcome.message}")
         return result.exit_code
+    if case.features.get("upstream"):  # backward validation: what each output's upstream gradient was
+        print("  upstream gradients: " + ", ".join(f"{k}={v}" for k, v in case.features["upstream"].items()))
     for cmp in case.comparisons:
         print("  " + cmp.report().replace("\n", "\n  "))
     for v in case.violations:

@@ -32,7 +32,7 @@ from ..engine.config.model import Config, OpConfig
 from ..engine.errors import ConfigError, Problem, UsageError
 from ..engine.oracle.outcome import OpOutcome
 from ..engine.replace_file import replace_file
-from ..engine.run import runners
+from ..engine.run import pick
 from ..engine.run.case import CaseContext, CaseResult, run_case_guarded
 from ..engine.run.confirm import make_probe, variant_spec
 from ..engine.run.frameworks import Adapter, get_adapter, to_numpy_any
@@ -496,7 +496,7 @@ class Client:
         runner = self._loaded(
             op,
             f"op:{fw or op.framework}",
-            lambda: runners.op_runner(
+            lambda: pick.op_runner(
                 self.root, op, isolated=False, framework=fw, device=self.device, module=self._own_module
             ),
         )
@@ -511,7 +511,7 @@ class Client:
         if op.reference is None:
             raise UsageError(f"op {op.name!r} has no reference")
         ref = self._loaded(
-            op, "reference", lambda: runners.reference_runner(self.root, op, isolated=False, module=self._own_module)
+            op, "reference", lambda: pick.reference_runner(self.root, op, isolated=False, module=self._own_module)
         )
         assert ref is not None
         return ref

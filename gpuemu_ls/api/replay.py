@@ -73,6 +73,9 @@ def client_replay_text(
             f"  strategy={spec.strategy} dtype={spec.dtype} {spec.shape_text()} layout={spec.layout} "
             f"dist={spec.distribution} dims={spec.dims}"
         )
+    upstream = (detail.get("features") or {}).get("upstream")
+    if upstream:  # backward validation: what each output's upstream gradient was drawn from
+        lines.append("  upstream gradients: " + ", ".join(f"{k}={v}" for k, v in upstream.items()))
     for cmp in stored_comparisons(detail):
         lines.append("  " + cmp.report().replace("\n", "\n  "))
     for v in detail.get("violations") or []:

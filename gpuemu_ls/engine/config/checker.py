@@ -49,6 +49,7 @@ from .keys import (
     NUMERIC_BOUNDS,
     PLAN,
     PLAN_DISTRIBUTIONS,
+    REFERENCE_FRAMEWORKS,
     SIGNS,
     _tname,
     check_budget,
@@ -179,6 +180,70 @@ class _Checker:
                 (*path, "inplace"),
                 f"{self.dotted((*path, 'inplace'))} needs an op gpuemu calls in-process (module = ...)",
                 "a script op gets copies of its inputs through the protocol: what it writes never comes back",
+            )
+
+    def backward(self, path: tuple[str | int, ...], op: dict[str, Any], raw: dict[str, Any]) -> None:
+        """``grad``, ``reference_framework`` and ``reference_grad``: what backward validation needs to run
+        (docs/first-op.md, "Gradients"): differentiable float inputs of an in-process PyTorch op, and a
+        reference whose gradients are known (its own autograd, or ``reference_grad``)."""
+        if "reference_framework" in op:
+            self.choice((*path, "reference_framework"), op["reference_framework"], REFERENCE_FRAMEWORKS, "framework")
+            if isinstance(op.get("reference"), str) and not is_callable_ref(op["reference"]):
+                self.problem(
+                    (*path, "reference_framework"),
+                    f'{self.dotted((*path, "reference_framework"))} needs a reference = "module:function"',
+                    "a script reference reads JSON: it has no framework of its own",
+                )
+        if "reference_grad" in op and self.typed((*path, "reference_grad"), op["reference_grad"], "str"):
+            self.callable_ref((*path, "reference_grad"), op["reference_grad"], "reference_grad")
+            if "grad" not in op:
+                self.problem((*path, "reference_grad"), "reference_grad is set but grad is not", 'add grad = ["x"]')
+        if "grad" not in op or not self.typed((*path, "grad"), op["grad"], "list"):
+            return
+        key = (*path, "grad")
+        known = _input_names(op)
+        declared = op.get("inputs") if isinstance(op.get("inputs"), dict) else {}
+        inplace = op.get("inplace") if isinstance(op.get("inplace"), list) else []
+        for j, name in enumerate(op["grad"]):
+            if not self.typed((*key, j), name, "str"):
+                continue
+            spec = declared.get(name) if isinstance(declared.get(name), dict) else {}
+            if name not in known:
+                self.problem(
+                    (*key, j),
+                    f"{self.dotted((*key, j))} names {name!r}, which is not an input of the op",
+                    f"its inputs: {', '.join(known)}",
+                )
+            elif isinstance(spec.get("dtype"), str) and not dt.is_float(spec["dtype"]):
+                self.problem((*key, j), f"input {name!r} is {spec['dtype']}: only float inputs have a gradient")
+            elif name in inplace:
+                self.problem(
+                    (*key, j),
+                    f"input {name!r} is written in place (inplace) and cannot also be differentiated",
+                    "autograd forbids writing into a leaf that requires grad",
+                )
+        if not op["grad"]:
+            self.problem(key, f"{self.dotted(key)} is empty", 'name the inputs to differentiate: grad = ["x"]')
+        if op.get("execution_mode") == "script_based" or ("op_script" in op and "module" not in op):
+            self.problem(
+                key,
+                f"{self.dotted(key)} needs an op gpuemu calls in-process (module = ...)",
+                "a script's outputs are JSON: they carry no autograd graph",
+            )
+        project = raw.get("project") if isinstance(raw.get("project"), dict) else {}
+        framework = op.get("framework", project.get("framework", "numpy"))
+        if framework != "pytorch":
+            self.problem(
+                key,
+                f'{self.dotted(key)} needs framework = "pytorch" (the op runs forward and backward '
+                f"under torch.autograd); this op's framework is {framework!r}",
+            )
+        if "reference_grad" not in op and op.get("reference_framework", "numpy") != "pytorch":
+            self.problem(
+                key,
+                f"{self.dotted(key)} needs a reference whose gradients gpuemu can compute",
+                'write the reference in torch and set reference_framework = "pytorch" (it gets float64 tensors, '
+                'gpuemu differentiates it), or set reference_grad = "module:function" (numpy gradients)',
             )
 
     def pin(self, path: tuple[str | int, ...], value: Any) -> None:
@@ -614,6 +679,7 @@ class _Checker:
                 self.typed((*path, k), op[k], "bool")
         if "inplace" in op:
             self.inplace(path, op)
+        self.backward(path, op, raw)
         if "budget" in op:
             self.budget((*path, "budget"), op["budget"])
         if "cost" in op:
@@ -1016,6 +1082,9 @@ class _Checker:
             cost_reason=cost_reason,
             nan_contract=bool(op.get("nan_contract", False)),
             inplace=tuple(op.get("inplace", ())),
+            grad=tuple(op.get("grad", ())),
+            reference_framework=op.get("reference_framework", "numpy"),
+            reference_grad=op.get("reference_grad"),
             strict=bool(op.get("strict", validation.strict)),
             call=op.get("call", "positional"),
             reference_call=op.get("reference_call", op.get("call", "positional")),

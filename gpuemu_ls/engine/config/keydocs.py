@@ -22,6 +22,7 @@ from .keys import (
     INVARIANTS,
     KEYS_BY_TABLE,
     LAYOUTS,
+    REFERENCE_FRAMEWORKS,
     SIGNS,
 )
 
@@ -103,6 +104,9 @@ TABLES: dict[tuple[str, ...], dict[str, str]] = {
         "cost": '"auto" (default): "high" when the op imports triton (its kernels run in Triton\'s CPU interpreter), else "normal". "high": half the op\'s cases get small-scope shapes (1, 2, 3, tile-1, tile, tile+1, 2*tile+1 on one tiled dim, the other dims at 1..3), and without a time budget its cases are cut to a quarter of the plan\'s work (half in --quick), every coverage class kept: the same cases on every machine.',
         "description": "Free text.",
         "strict": "Edge findings of this op fail (default: [validation] strict, else false): failures that show only where a product of two inputs overflows the accumulation precision, or where NaN/inf inputs propagate differently from the reference. By default they are shown and do not fail.",
+        "grad": "Inputs to differentiate (backward validation, PyTorch ops): the op runs forward and backward under torch.autograd with an upstream gradient drawn per case (normal, uniform, small, wide, zeros, sparse, per-row constant, per-element varying; never only ones), and each input's gradient is judged as an output of its own, grad_<input>, against the reference's. Needs reference_framework = \"pytorch\" (the reference is differentiated by autograd in float64) or reference_grad.",
+        "reference_framework": 'What an in-process reference receives: numpy arrays (default) or PyTorch tensors ("pytorch"), float64 on the CPU. A PyTorch reference is what backward validation (grad) differentiates.',
+        "reference_grad": "\"module:function\" computing a numpy reference's input gradients (backward validation, with grad): called with the op's inputs in float64, then the upstream gradient of each forward output (in output-name order); returns the gradients in grad order (a tuple, or one array) or by input name (a dict).",
         "inplace": "Inputs the op writes its result into (e.g. a cross-entropy that writes the gradient into its logits): the op gets a private copy, the written input is judged as an output of that name (the reference returns it under that name, in a dict), and writing into it is not an input mutation. The op may return None or its other outputs.",
         "nan_contract": "A NaN the reference returns from NaN-free inputs is the op's contract there (the op must return NaN too). By default such a reference NaN is reported as suspect and the op's answer there is not judged.",
         "scale": "Multiplies generated float values (first step of the value domain).",
@@ -277,6 +281,7 @@ ENUM_VALUES: dict[str, tuple[tuple[str, ...], str | None]] = {
     "sign": (SIGNS, "sign"),
     "call": (CALL_STYLES, "call"),
     "reference_call": (CALL_STYLES, "call"),
+    "reference_framework": (REFERENCE_FRAMEWORKS, "framework"),
     "cost": (COSTS, None),
 }
 BOOL_KEYS = frozenset(

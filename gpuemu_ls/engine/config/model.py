@@ -163,6 +163,9 @@ class OpConfig:
     cost: str = "normal"  # "high": small-scope shapes (cases/plan.py) and a work budget (cases/budget.py)
     cost_reason: str = ""  # why the cost is high: "declared", or what ``cost = "auto"`` found
     inplace: tuple[str, ...] = ()  # inputs the op writes its result into: judged as outputs of those names
+    grad: tuple[str, ...] = ()  # inputs whose gradients are judged as outputs grad_<name> (run/grads.py)
+    reference_framework: str = "numpy"  # the tensors an in-process reference receives (float64, on the CPU)
+    reference_grad: str | None = None  # "module:function": a numpy reference's input gradients
     nan_contract: bool = False  # a NaN the reference returns from NaN-free inputs is the op's contract there
     strict: bool = False  # edge findings fail (oracle/tier.py); the op's ``strict``, else [validation]'s
     call: str = "positional"  # how the op's function receives its inputs (CALL_STYLES)

@@ -67,7 +67,9 @@ class CaseResult:
         return sum(max(0, c.total - c.out_of_range - c.suspect_nan) for c in self.comparisons)
 
     def worst(self) -> Comparison | None:
-        bad = [c for c in self.comparisons if not c.passed] or self.comparisons
+        """The failing output to show: the worst of those that are not edge-only, else the worst of all."""
+        failing = [c for c in self.comparisons if not c.passed]
+        bad = [c for c in failing if not c.edge_only] or failing or self.comparisons
         return max(bad, key=lambda c: c.max_ratio, default=None)
 
     def stats(self) -> dict[str, float | int | None]:

@@ -69,7 +69,22 @@ def failure_entry(r: CaseResult, root: Path) -> dict[str, Any]:
         "file": file,
         "line": r.line,
         "replay": replay_command(r.op, r.seed, plan=r.spec.plan),
+        **_outputs_of(r.comparisons, r.features),
     }
+
+
+def _outputs_of(comparisons: list[Any], features: dict[str, Any]) -> dict[str, Any]:
+    """For an op with several outputs (gradients among them), which output failed worst, and what each
+    output's upstream gradient was drawn from (backward validation); nothing for a one-output op."""
+    out: dict[str, Any] = {}
+    get = (lambda c, k: c.get(k)) if comparisons and isinstance(comparisons[0], dict) else getattr
+    failing = [c for c in comparisons if not get(c, "passed")]
+    bad = [c for c in failing if not get(c, "edge_only")] or failing
+    if len(comparisons) > 1 and bad:
+        out["output"] = get(max(bad, key=lambda c: get(c, "max_ratio") or 0.0), "output")
+    if features.get("upstream"):
+        out["upstream"] = dict(features["upstream"])
+    return out
 
 
 def locate_failures(
@@ -439,6 +454,7 @@ def _row_failure(row: dict[str, Any], root: Path) -> dict[str, Any]:
         "file": file,
         "line": detail.get("line"),
         "replay": replay_command(row["op"], row["seed"], plan=row_plan(row)),
+        **_outputs_of(detail.get("comparisons") or [], detail.get("features") or {}),
     }
 
 

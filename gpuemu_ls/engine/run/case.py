@@ -30,6 +30,7 @@ from ..oracle.features import input_features, output_features
 from ..oracle.invariants import check_invariants
 from ..oracle.outcome import CaseResult
 from ..oracle.tier import TIERABLE_KINDS, edge_record, explained, overflow_threshold, tame
+from .grads import Upstream
 from .runners import CallableRunner, CallError, Runner, promote
 
 #: Failure kinds that are wrong answers; everything else that is not a pass is an error.
@@ -125,6 +126,11 @@ def run_case(
         kind = f"{who}_{exc.kind}" if exc.kind != "raised" else f"{who}_error"
         return fail("error", kind, exc.message, file=exc.file, line=exc.line, stderr=exc.stderr)
 
+    if op.grad:  # backward validation: one draw of upstream gradients per case, shared by op and reference
+        upstream = Upstream(op.name, spec.seed)
+        for runner in (ctx.op_runner, ctx.ref_runner):
+            if hasattr(runner, "upstream"):
+                runner.upstream = upstream
     # an in-place input (``inplace``): the reference reads its values from before the op wrote them
     unwritten = {n: np.array(inputs.logical[n], copy=True) for n in op.inplace if n in inputs.logical}
     phase("op")
@@ -134,6 +140,8 @@ def run_case(
     except CallError as exc:
         return call_failed("op", exc)
     result.durations["op"] = time.perf_counter() - t0
+    if op.grad:
+        result.features["upstream"] = dict(upstream.kinds)  # what each output's upstream gradient was drawn from
 
     mutated = [
         n
@@ -253,17 +261,7 @@ def run_case(
     result.durations["case"] = time.perf_counter() - started
     bad = [c for c in result.comparisons if not c.passed]
     if bad:
-        worst = max(bad, key=lambda c: (c.kind in ("shape_mismatch", "dtype_mismatch"), c.max_ratio))
-        kinds = [c.kind for c in bad]
-        kind = next(
-            (
-                k
-                for k in ("shape_mismatch", "dtype_mismatch", "unexpected_nan", "unexpected_inf", "missing_nan")
-                if k in kinds
-            ),
-            "mismatch",
-        )
-        fail("failed", kind, worst.summary())
+        fail("failed", *_failure_of(bad))
         refs = [ref_out[c.output][c.mask] if c.mask is not None else None for c in bad]
         return _tiered(ctx, spec, result, None if any(r is None for r in refs) else refs, tiering)
     if result.violations:
@@ -271,6 +269,21 @@ def run_case(
         fail("failed", "invariant", f"invariant {v.invariant} violated: {v.message}")
         return _tiered(ctx, spec, result, None, tiering)
     return result
+
+
+def _failure_of(bad: list[Comparison]) -> tuple[str, str]:
+    """The kind and message of a case whose outputs ``bad`` failed: the gravest kind, the worst output."""
+    worst = max(bad, key=lambda c: (c.kind in ("shape_mismatch", "dtype_mismatch"), c.max_ratio))
+    kinds = [c.kind for c in bad]
+    kind = next(
+        (
+            k
+            for k in ("shape_mismatch", "dtype_mismatch", "unexpected_nan", "unexpected_inf", "missing_nan")
+            if k in kinds
+        ),
+        "mismatch",
+    )
+    return kind, worst.summary()
 
 
 def _tiered(
@@ -300,6 +313,8 @@ def _tiered(
     again = run_case(ctx, spec, tamed.inputs, tiering=False)
     result.durations["tier"] = time.perf_counter() - started
     result.features["tier_case"] = {"status": again.status, "kind": again.kind, "replaced": tamed.big + tamed.nonfinite}
+    if again.status == "failed":
+        _mark_edge_only(result, again)
     if again.status != "passed" or not explained(tamed, failing_refs) or not _judged_where_failed(result, again):
         return result
     worst = result.worst()
@@ -308,6 +323,20 @@ def _tiered(
     if not ctx.op.strict:
         result.status = "edge"
     return result
+
+
+def _mark_edge_only(result: CaseResult, again: CaseResult) -> None:
+    """The case stays a bug (its tier case fails too); outputs that pass in the tier case fail only at the edge
+    of the range (a forward output whose sum of squares overflows, beside a wrong gradient): the case is
+    shown, kind and message, by the outputs that fail inside the range."""
+    still = {c.output for c in again.comparisons if not c.passed}
+    bad = [c for c in result.comparisons if not c.passed]
+    inside = [c for c in bad if c.output in still]
+    if not inside or len(inside) == len(bad):
+        return
+    for c in bad:
+        c.edge_only = c.output not in still
+    result.kind, result.message = _failure_of(inside)
 
 
 def run_case_guarded(
@@ -588,7 +617,11 @@ def _working(
     if not ref_overflowed:
         return {}
     wider: dict[str, np.ndarray] = {}
-    if isinstance(ctx.ref_runner, CallableRunner) and np.finfo(np.longdouble).maxexp > np.finfo(np.float64).maxexp:
+    if (
+        type(ctx.ref_runner) is CallableRunner
+        and ctx.op.reference_framework == "numpy"
+        and np.finfo(np.longdouble).maxexp > np.finfo(np.float64).maxexp
+    ):
         long_inputs = {n: a.astype(np.longdouble) if a.dtype == np.float64 else a for n, a in ref_inputs.items()}
         try:
             with np.errstate(all="ignore"):

@@ -20,15 +20,12 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from . import scriptfork, shadow, wire
-from .frameworks import Adapter, get_adapter
-
-if TYPE_CHECKING:
-    from ..config.model import OpConfig
+from .frameworks import Adapter
 
 STDERR_TAIL = 2000
 
@@ -203,31 +200,38 @@ class CallableRunner(Runner):
             elif name in self.inplace:  # a copy that cannot be written back: read the tensor itself
                 backs.append(functools.partial(_read_back, self.adapter, tensor, inputs[name]))
         try:
-            if self.style == "kwargs":
-                value = self.fn(**dict(zip(self.order, args)), **kwargs)
-            elif self.style == "dict":
-                value = self.fn(dict(zip(self.order, args)), **kwargs)
-            else:
-                value = self.fn(*args, **kwargs)
-            value = self.adapter.synchronize(value)
+            value = self.adapter.synchronize(self.invoke(args, kwargs))
         except BaseException as exc:  # SystemExit and KeyboardInterrupt from user code are results too
-            if isinstance(exc, KeyboardInterrupt) and not _from_user(exc, self.root):
-                raise
-            file, line = user_frame(exc.__traceback__, self.root)
-            kind = "exit" if isinstance(exc, SystemExit) else "raised"
-            why = shadow.hint(str(exc), [self.root]) if isinstance(exc, (AttributeError, ImportError)) else ""
-            raise CallError(
-                kind,
-                f"{self.who} raised {type(exc).__name__}: {exc}"
-                + (f"; {why}" if why else "")
-                + f"\n{_exception_text(exc)}",
-                file,
-                line,
-            ) from None
+            raise self.call_error(exc) from None
         finally:
             for back in backs:
                 back()
         return as_outputs(value, self.adapter, self.who, none_ok=bool(self.inplace))
+
+    def invoke(self, args: list[Any], kwargs: dict[str, Any]) -> Any:
+        """The user's function on ``args`` (in ``order``), the way its ``call`` style takes them."""
+        if self.style == "kwargs":
+            return self.fn(**dict(zip(self.order, args)), **kwargs)
+        if self.style == "dict":
+            return self.fn(dict(zip(self.order, args)), **kwargs)
+        return self.fn(*args, **kwargs)
+
+    def call_error(self, exc: BaseException, who: str | None = None) -> CallError:
+        """What the user's function raised, as a CallError at the innermost frame of the user's code (a
+        KeyboardInterrupt that did not come from it is re-raised: it is the user stopping gpuemu)."""
+        if isinstance(exc, KeyboardInterrupt) and not _from_user(exc, self.root):
+            raise exc
+        file, line = user_frame(exc.__traceback__, self.root)
+        kind = "exit" if isinstance(exc, SystemExit) else "raised"
+        why = shadow.hint(str(exc), [self.root]) if isinstance(exc, (AttributeError, ImportError)) else ""
+        return CallError(
+            kind,
+            f"{who or self.who} raised {type(exc).__name__}: {exc}"
+            + (f"; {why}" if why else "")
+            + f"\n{_exception_text(exc)}",
+            file,
+            line,
+        )
 
 
 def _read_back(adapter: Adapter, tensor: Any, arr: np.ndarray) -> None:
@@ -400,51 +404,12 @@ def promote(arr: np.ndarray) -> np.ndarray:
     return np.array(arr, order="C")
 
 
-def _as_is(ref: str) -> str:
-    return ref
-
-
-def op_runner(
-    root: Path,
-    op: OpConfig,
-    *,
-    isolated: bool,
-    framework: str | None = None,
-    device: str | None = None,
-    module: Callable[[str], str] = _as_is,
-) -> Runner | None:
-    """The op under test as gpuemu runs it: its ``op_script`` (``script_based``, or no ``module``), else its
-    ``module`` called with the tensors of ``framework`` (default: the op's) on ``device``; None when nothing
-    is runnable (the op runs in a client's process). ``isolated``: scripts run in a fork (in a worker);
-    ``module`` maps a ``module:function`` before it is loaded. CallError (kind ``import``) if it cannot load."""
-    if op.execution_mode == "script_based" or (op.module is None and op.op_script):
-        assert op.op_script is not None
-        strides = any(lay != "contiguous" for lay in op.layouts)
-        return ScriptRunner(root, op.op_script, "op", strides=strides, isolated=isolated)
-    if op.module is not None:
-        adapter = get_adapter(framework or op.framework, device)
-        return CallableRunner(root, module(op.module), op.input_names, adapter, "op", op.call, op.inplace)
-    return None
-
-
-def reference_runner(root: Path, op: OpConfig, *, isolated: bool, module: Callable[[str], str] = _as_is) -> Runner:
-    """The op's float64 reference: its script, or its ``module:function`` called with numpy arrays."""
-    assert op.reference is not None
-    if op.reference_is_script:
-        return ScriptRunner(root, op.reference, "reference", isolated=isolated)
-    return CallableRunner(
-        root, module(op.reference), op.input_names, get_adapter("numpy"), "reference", op.reference_call
-    )
-
-
 __all__ = [
     "CallError",
     "CallableRunner",
     "Runner",
     "ScriptRunner",
     "load_callable",
-    "op_runner",
     "promote",
-    "reference_runner",
     "user_frame",
 ]

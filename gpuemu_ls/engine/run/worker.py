@@ -21,21 +21,21 @@ from pathlib import Path
 
 from ..cases.plan import CaseSpec
 from ..config.model import OpConfig, ValidationConfig
-from . import contain, runners, shadow
+from . import contain, pick, shadow
 from .case import CaseContext, run_case_guarded
 from .runners import CallError, ScriptRunner
 
 
 def build_context(root: Path, op: OpConfig, validation: ValidationConfig) -> CaseContext:
     """Load the op and its reference; CallError (kind ``import``) names file and line when that fails."""
-    op_runner = runners.op_runner(root, op, isolated=True)
+    op_runner = pick.op_runner(root, op, isolated=True)
     if op_runner is None:
         raise CallError(
             "import",
             f"op {op.name!r} has nothing runnable here (execution_mode = "
             f"{op.execution_mode!r}): run it through the Python API on the machine that has the kernel",
         )
-    return CaseContext(root, op, validation, op_runner, runners.reference_runner(root, op, isolated=True))
+    return CaseContext(root, op, validation, op_runner, pick.reference_runner(root, op, isolated=True))
 
 
 def _kill_own_group(_signum: int, _frame: object) -> None:

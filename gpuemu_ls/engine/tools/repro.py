@@ -20,10 +20,12 @@ from typing import Any
 
 import numpy as np
 
+from .. import dtypes as dt
 from ..cases.plan import CaseSpec
 from ..config.model import SCALE_FLOOR, SCALED_ATOL_DTYPES, Config, OpConfig, is_callable_ref, resolve_bound
 from ..oracle.outcome import CaseResult
 from ..private_files import check_name, write_private
+from ..run.grads import Upstream, grad_names
 
 REPRO_DIR = Path(".gpuemu") / "repro"
 
@@ -62,6 +64,21 @@ def judgement(result: CaseResult | None) -> dict[str, np.ndarray]:
     return out
 
 
+def upstreams(op: OpConfig, spec: CaseSpec, result: CaseResult | None) -> dict[str, np.ndarray]:
+    """The upstream gradients the case drew for each forward output (backward validation), as
+    ``__upstream__<output>``: the same draw (op, seed, output) the engine made, at the output's shape."""
+    if not op.grad or result is None:
+        return {}
+    draw = Upstream(op.name, spec.seed)
+    grads = set(grad_names(op.grad))
+    out = {}
+    for c in result.comparisons:
+        if c.output not in grads and c.shape is not None:
+            dtype = c.dtype if c.dtype in dt.ALL_NAMES else (op.output_dtype or spec.dtype)
+            out[f"__upstream__{c.output}"] = draw.for_op(c.output, tuple(c.shape), dt.numpy_dtype(dtype))
+    return out
+
+
 def needs(op: OpConfig, spec: CaseSpec) -> str:
     """What the reproduction imports, for its header."""
     what = ["numpy"]
@@ -85,7 +102,7 @@ def write_repro(
 ) -> Path:
     """Write the reproduction of a case; returns the script's path."""
     stem = f"{check_name('op name', op.name)}_{spec.seed}{label}"
-    save_inputs(config.root, stem, inputs, judgement(result))
+    save_inputs(config.root, stem, inputs, {**judgement(result), **upstreams(op, spec, result)})
     float_out = op.output_dtype or spec.dtype
     bound = resolve_bound(op, config.validation, float_out)
     expected: dict[str, Any] = {}
@@ -111,6 +128,9 @@ def write_repro(
         "CALL": op.call,
         "REFERENCE_CALL": op.reference_call,
         "INPLACE": list(op.inplace),
+        "GRAD": list(op.grad),
+        "REFERENCE_FRAMEWORK": op.reference_framework,
+        "REFERENCE_GRAD": op.reference_grad,
         "KWARGS": op.kwargs,
         "LAYOUT": spec.layout,
         "OUTPUT_DTYPE": op.output_dtype,
@@ -194,7 +214,12 @@ def load_inputs():
         out[name] = arr.view(numpy_dtype("bfloat16")) if dtype == "bfloat16" else arr
     judged = {k[len("__bound__"):]: data[k] for k in data.files if k.startswith("__bound__")}
     excused = {k[len("__excused__"):]: data[k] for k in data.files if k.startswith("__excused__")}
-    return out, judged, excused
+    upstream = {}
+    for k in data.files:
+        if k.startswith("__upstream__"):
+            arr = data[k]
+            upstream[k[len("__upstream__"):]] = arr.view(numpy_dtype("bfloat16")) if arr.dtype == np.uint16 else arr
+    return out, judged, excused, upstream
 
 
 def with_layout(arr, layout):
@@ -244,11 +269,11 @@ def run_script(rel, inputs, strides=False):
 class Framework:
     \"\"\"What the op receives: numpy arrays, or its framework's tensors (on its accelerator when there is one).\"\"\"
 
-    def __init__(self, name):
+    def __init__(self, name, device=None):
         self.name = name
         if name == "pytorch":
             self.torch = need("torch", "the op is a PyTorch op: pip install torch")
-            self.device = "cuda" if self.torch.cuda.is_available() else "cpu"
+            self.device = device or ("cuda" if self.torch.cuda.is_available() else "cpu")
         elif name == "jax":
             self.jnp = need("jax.numpy", "the op is a JAX op: pip install jax")
         elif name == "tensorflow":
@@ -282,16 +307,36 @@ def is_tensor(value):
     return hasattr(value, "shape") or hasattr(value, "__array__") or hasattr(value, "__dlpack__")
 
 
-def call(ref, args, fw, style="positional", inplace=()):
+def load(ref):
     module, func = ref.split(":")
     sys.path.insert(0, str(WORKSPACE))
     try:
         mod = importlib.import_module(module)
     except ImportError as exc:
         sys.exit(print(f"cannot run this reproduction: importing {module!r}: {exc}", file=sys.stderr) or 2)
+    return getattr(mod, func)
+
+
+def named_outputs(value):
+    if isinstance(value, dict):
+        return {str(k): v for k, v in value.items()}
+    if isinstance(value, tuple) or (isinstance(value, list) and value and all(map(is_tensor, value))):
+        return {f"result{i}": v for i, v in enumerate(value)}
+    return {"result": value}
+
+
+def call(ref, args, fw, style="positional", inplace=(), upstream=None):
+    \"\"\"Call ``ref``; with ``upstream`` (backward validation) also backward through torch's autograd, the
+    gradients of the inputs of GRAD being outputs grad_<input>.\"\"\"
     tensors = [fw.tensor(a) for a in args]
+    leaves = []
+    if upstream is not None:
+        for i, n in enumerate(INPUT_ORDER):
+            if n in GRAD:
+                tensors[i] = tensors[i].detach().requires_grad_(True)
+                leaves.append(tensors[i])
     named = dict(zip(INPUT_ORDER, tensors))
-    fn = getattr(mod, func)
+    fn = load(ref)
     if style == "kwargs":
         value = fn(**named, **KWARGS)
     elif style == "dict":
@@ -301,11 +346,36 @@ def call(ref, args, fw, style="positional", inplace=()):
     written = {n: fw.array(named[n]) for n in inplace}
     if value is None and written:  # an in-place op: its results are the inputs it wrote
         return written
+    outs = named_outputs(value)
+    got = {**{k: fw.array(v) for k, v in outs.items()}, **written}
+    if upstream is not None:
+        torch = fw.torch
+        pairs = [(t, n) for n, t in outs.items() if isinstance(t, torch.Tensor) and t.requires_grad]
+        if not pairs:
+            sys.exit("FAILED: the outputs carry no gradient (none requires grad)") if not leaves else None
+        ups = []
+        for t, n in pairs:
+            up = upstream[n]
+            up = as_float64(up).astype(got[n].dtype) if got[n].dtype == np.float64 else up
+            ups.append(fw.tensor(np.ascontiguousarray(up)))
+        grads = torch.autograd.grad([t for t, _ in pairs], leaves, grad_outputs=ups, allow_unused=True)
+        for n, leaf, g in zip([n for n in INPUT_ORDER if n in GRAD], leaves, grads):
+            got["grad_" + n] = fw.array(g) if g is not None else np.zeros(leaf.shape, fw.array(leaf).dtype)
+    return got
+
+
+def reference_grads(args, out, upstream):
+    \"\"\"A numpy reference's input gradients from REFERENCE_GRAD(*inputs, *upstreams), as grad_<input>.\"\"\"
+    ups = [as_float64(upstream[n]) for n in sorted(out) if n in upstream]
+    value = load(REFERENCE_GRAD)(*args, *ups, **KWARGS)
+    names = [n for n in INPUT_ORDER if n in GRAD]
     if isinstance(value, dict):
-        return {**{k: fw.array(v) for k, v in value.items()}, **written}
-    if isinstance(value, tuple) or (isinstance(value, list) and value and all(map(is_tensor, value))):
-        return {**{f"result{i}": fw.array(v) for i, v in enumerate(value)}, **written}
-    return {"result": fw.array(value), **written}
+        got = {k[5:] if k.startswith("grad_") else k: v for k, v in value.items()}
+    elif isinstance(value, (tuple, list)) and len(names) > 1:
+        got = dict(zip(names, value))
+    else:
+        got = {names[0]: value}
+    return {"grad_" + n: np.asarray(got[n], dtype=np.float64) for n in names}
 
 
 def as_float64(arr):
@@ -390,7 +460,8 @@ def compare(name, out, ref, bound, excused):
 
 def main():
     fw = Framework(FRAMEWORK)
-    logical, bounds, excused = load_inputs()
+    logical, bounds, excused, upstream = load_inputs()
+    grads = upstream if GRAD else None
     # the reference reads an in-place input's values from before the op wrote them
     unwritten = {k: (np.array(v, copy=True) if k in INPLACE else v) for k, v in logical.items()}
     views = {k: with_layout(v, LAYOUT) for k, v in logical.items()}
@@ -398,7 +469,7 @@ def main():
     if OP_SCRIPT:
         out = run_script(OP_SCRIPT, views, SCRIPT_STRIDES)
     else:
-        out = call(OP_CALL, [views[n] for n in INPUT_ORDER], fw, CALL, INPLACE)
+        out = call(OP_CALL, [views[n] for n in INPUT_ORDER], fw, CALL, INPLACE, grads)
     problems = []
     for k, v in views.items():
         now = v.base if isinstance(v.base, np.ndarray) else v
@@ -407,8 +478,12 @@ def main():
     promoted = {k: (as_float64(v) if is_float(v) else v) for k, v in unwritten.items()}
     if REFERENCE_IS_SCRIPT:
         ref = run_script(REFERENCE, promoted)
-    else:
+    elif REFERENCE_GRAD:
         ref = call(REFERENCE, [promoted[n] for n in INPUT_ORDER], Framework("numpy"), REFERENCE_CALL)
+        ref.update(reference_grads([promoted[n] for n in INPUT_ORDER], ref, upstream))
+    else:
+        ref_fw = Framework(REFERENCE_FRAMEWORK, "cpu")
+        ref = call(REFERENCE, [promoted[n] for n in INPUT_ORDER], ref_fw, REFERENCE_CALL, (), grads)
     if set(out) != set(ref):
         problems.append(f"outputs {sorted(out)} != reference outputs {sorted(ref)}")
     unjudged = widened = 0

@@ -83,9 +83,12 @@ def failure_text(op: str, f: dict[str, Any], replay_prefix: str = "") -> str:
         where = f" ({f['file']})"
     replay = f["replay"] if not replay_prefix else f["replay"].replace("gpuemu ", f"gpuemu {replay_prefix} ", 1)
     edge = f"\n    edge finding: {f['edge']['text']}" if f.get("tier") == "edge" and f.get("edge") else ""
+    upstream = " upstream=" + ",".join(f"{v}" for v in f["upstream"].values()) if f.get("upstream") else ""
+    worst = f" (worst output {f['output']})" if f.get("output") else ""
     return (
         f"{tag} {op} [{f['kind']}: {KIND_TEXT.get(f['kind'], f['kind'])}] seed={f['seed']} dtype={f['dtype']} "
-        f"{shapes} layout={f['layout']} dist={f['distribution']}: {_err(f)}{where}{edge}\n    replay: {replay}"
+        f"{shapes} layout={f['layout']} dist={f['distribution']}{upstream}: {_err(f)}{worst}{where}{edge}"
+        f"\n    replay: {replay}"
     )
 
 
