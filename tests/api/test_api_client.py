@@ -396,7 +396,7 @@ def test_results_render_and_serialize(client_ws: Path) -> None:
         r = c.fuzz_op_client_side("softmax", np_softmax_no_max, iterations=12)
         v = c.validate_op("softmax", np.ones((1, 4), np.float32), np.zeros((1, 4), np.float32))
     d = r.to_dict()
-    assert d["passed"] == r.passed and d["total"] == 12 and len(d["failures"]) == r.failed + r.errors
+    assert d["passed"] == r.passed and d["total"] == 12 and len(d["failures"]) == r.failed + r.errors + r.edges
     json.dumps(d, default=str)
     assert r.report().startswith("FAILED softmax: ") and "diagnosis:" in r.report()
     assert v.to_dict()["passed"] is False and v.to_dict()["max_diff"] == pytest.approx(0.25)

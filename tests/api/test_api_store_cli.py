@@ -84,7 +84,7 @@ def test_client_replay_text_shows_the_stored_case_and_how_to_replay_it(failed_cl
 def test_replay_through_the_api_is_byte_for_byte_the_stored_case(failed_client_run) -> None:
     root, failures = failed_client_run
     with Client(root) as c:
-        for f in failures[:3]:
+        for f in [f for f in failures if f.status == "failed"][:3]:  # bugs (an edge finding replays as edge)
             seen = {}
 
             def run_op(inputs, axis, seen=seen):

@@ -23,8 +23,9 @@ BUGGY = {
     "attention_missing_scale": ["S > 1"],
     "rowscale_strides": ["layout != contiguous", "strides ignored"],
     "softmax_no_max": ["large", "no max-subtraction"],
-    # long rows or large same-sign values: a disjunction, which no single condition states
-    "rmsnorm_fp16_acc": ["no simple condition found", "not explained by shape, layout, dtype or distribution"],
+    # long rows or large same-sign values: a disjunction, which no single condition states; what the cases
+    # support is said instead (nothing simple, or a necessary size bound that short rows never fail)
+    "rmsnorm_fp16_acc": [("no simple condition found", "fails only if N > ")],
     "masked_softmax_nan": ["fails iff distribution == masked_rows", "entirely -inf"],
     "variance_empty_split": ["fails iff N == 1", "empty partition"],
 }
@@ -35,11 +36,14 @@ CONFIRMED = "confirmation case(s) agree"
 QUICK = {
     "softmax_tail_mask": ("N % 128 != 0",),
     "matmul_acc_overwrite": ("K > 32",),
-    "softmax_online_rescale": ("only if N > 6", "iff N > 6"),
+    # the running max is lost from the second block of 64 on, but only a later block that raises the max shows
+    # it (rarely just past 64): a necessary bound up to the next block's size is what 16 cases can support
+    "softmax_online_rescale": tuple(f"{w} N > {t}" for w in ("only if", "iff") for t in (64, 65, 96, 127, 128)),
     "attention_missing_scale": ("S > 1",),
     "rowscale_strides": ("layout != contiguous",),
     "softmax_no_max": ("large", "max |input| >="),
-    "rmsnorm_fp16_acc": ("fails only if N > ",),  # long rows or large values; a necessary bound at least
+    # long rows or large values: a necessary bound on either, or nothing simple (never a wrong sufficient one)
+    "rmsnorm_fp16_acc": ("fails only if N > ", "fails only if max |input| >= ", "no simple condition found"),
     "masked_softmax_nan": ("iff an input row is wholly -inf", "iff distribution == masked_rows"),
     "variance_empty_split": ("N == 1",),
 }
@@ -96,8 +100,8 @@ def test_quick_mode_catches_every_bug_too(tmp_path: Path, seed: int) -> None:
 @pytest.mark.parametrize("op", sorted(BUGGY))
 def test_diagnosis_names_the_bug_class(buggy: dict, op: str) -> None:
     diagnosis = buggy["ops"][op]["diagnosis"]
-    for words in [*BUGGY[op], CONFIRMED]:
-        assert words in diagnosis, diagnosis
+    for words in [*BUGGY[op], CONFIRMED]:  # a tuple: any one of them
+        assert any(w in diagnosis for w in words) if isinstance(words, tuple) else words in diagnosis, diagnosis
 
 
 def test_failure_lines_carry_everything_to_act_on(buggy: dict) -> None:

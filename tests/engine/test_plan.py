@@ -296,8 +296,8 @@ def test_structure_coverage_keeps_pinned_seeds_and_the_filter(tmp_path) -> None:
     assert all(s.dtype == "float32" for s in specs[2:])
     for d in STRUCTURE_DISTRIBUTIONS:
         assert any(s.distribution == d and s.strategy == "boundary" for s in specs[2:]), d
-    # an op that lists no structure distribution gets the plain seeds
-    plain = dataclasses.replace(op, distributions=("normal", "uniform"), seeds=())
+    # an op that lists no structure distribution (and one dtype: no (dtype, layout) pairs) gets the plain seeds
+    plain = dataclasses.replace(op, distributions=("normal", "uniform"), seeds=(), dtypes=("float32",))
     assert [s.seed for s in plan_thorough(plain, 0, 20)] == list(range(20))
 
 

@@ -1,7 +1,7 @@
 """Plan versions (issue 25 item 4): a seed keeps the meaning it was recorded with when the default set of
-distributions grows (plan 2 adds ``peaked``). Plan 1, still the default, must draw for every op of the
-examples the very cases the previous release drew (hashes in data/plan1_cases.json, computed with that
-release's code); stored cases, pins, baselines and replay commands keep their plan."""
+distributions grows (plan 2, the default, adds ``peaked``). Plan 1 must still draw for every op of the
+examples the very cases the release before plan versions drew (hashes in data/plan1_cases.json, computed
+with that release's code); stored cases, pins, baselines and replay commands keep their plan."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import tomllib
 from kit.ops import identity_py, op_toml, project_toml
 from kit.workspace import load_op, write_ws
 
@@ -45,7 +46,7 @@ def test_plan_1_draws_what_the_previous_release_drew(ws: str) -> None:
 
 
 def test_plan_2_adds_peaked_to_the_default_set_only() -> None:
-    assert PLAN == 1 and "peaked" in DISTRIBUTIONS and "peaked" not in PLAN_DISTRIBUTIONS[1]
+    assert PLAN == 2 and "peaked" in DISTRIBUTIONS and "peaked" not in PLAN_DISTRIBUTIONS[1]
     assert PLAN_DISTRIBUTIONS[2] == DISTRIBUTIONS == (*PLAN_DISTRIBUTIONS[1], "peaked")
 
 
@@ -61,6 +62,10 @@ def _op(tmp_path: Path, **keys: object):
     return load_op(tmp_path, toml, "o", {"ops.py": identity_py("x")})
 
 
+def two_of(op, seed: int) -> CaseSpec:
+    return derive_case(op, seed, plan=2)
+
+
 def test_a_default_set_op_draws_peaked_under_plan_2_and_an_op_with_its_own_list_is_the_same_under_every_plan(
     tmp_path,
 ) -> None:
@@ -68,7 +73,8 @@ def test_a_default_set_op_draws_peaked_under_plan_2_and_an_op_with_its_own_list_
     two = [derive_case(op, s, plan=2) for s in range(len(DISTRIBUTIONS))]
     assert sorted(c.distribution for c in two) == sorted(DISTRIBUTIONS)  # one window: each once, peaked too
     assert {c.plan for c in two} == {2}
-    assert all(derive_case(op, s).distribution != "peaked" and derive_case(op, s).plan == PLAN for s in range(200))
+    assert all(derive_case(op, s, plan=1).distribution != "peaked" for s in range(200))
+    assert all(derive_case(op, s, plan=1).plan == 1 and derive_case(op, s) == two_of(op, s) for s in range(60))
     listed = _op(tmp_path / "listed", distributions=["normal", "peaked", "boundary"])
     for s in range(60):
         a, b = derive_case(listed, s, plan=1), derive_case(listed, s)
@@ -104,12 +110,14 @@ def test_the_pin_edit_writes_a_table_for_a_later_plan_and_a_bare_integer_otherwi
     twice = pin_seed(once, 0, "o", 18, 2)
     assert "seeds = [17, {seed = 18, plan = 2}]" in twice.replace(" }", "}").replace("{ ", "{"), twice
     assert pin_seed(twice, 0, "o", 18, 2) == twice  # already pinned
+    first = pin_seed(text, 0, "o", 19, 2)  # the op's first pin a table (tomlkit.array() parses strings only)
+    assert tomllib.loads(first)["ops"][0]["seeds"] == [{"seed": 19, "plan": 2}], first
 
 
 def test_replay_commands_say_the_plan_only_when_it_is_not_what_a_bare_seed_means() -> None:
     assert replay_command("o", 7, plan=PLAN) == "gpuemu reproduce --op o --seed 7"
     assert replay_command("o", 7, plan=0) == "gpuemu reproduce --op o --seed 7"
-    assert replay_command("o", 7, plan=2) == "gpuemu reproduce --op o --seed 7 --plan 2"
+    assert replay_command("o", 7, plan=1) == "gpuemu reproduce --op o --seed 7 --plan 1"
 
 
 def test_seed_hashes_of_plan_1_keep_their_value_and_plan_2_differs() -> None:
@@ -155,8 +163,8 @@ def ref(x):
 
 
 def test_a_stored_case_replays_under_its_own_plan_from_the_cli(tmp_path) -> None:
-    """A case stored under another plan than the current one (here plan 2, as a later default or a pin
-    writes it) replays as the case it stored, with and without its snapshot, and --plan regenerates either."""
+    """A case stored under another plan than the current one (here plan 1, as the release before plan 2
+    stored it) replays as the case it stored, with and without its snapshot, and --plan regenerates either."""
     toml = project_toml(validation={"dtypes": ["float32"], "iterations": 19}) + op_toml(
         "o", module="ops:op", reference="ops:ref", inputs={"x": ["B", "N"]}, dims={"B": (1, 8, 4), "N": (1, 64, 16)}
     )
@@ -165,12 +173,12 @@ def test_a_stored_case_replays_under_its_own_plan_from_the_cli(tmp_path) -> None
     subprocess.run([*cli, "test"], capture_output=True, text=True, timeout=300)
     op = load_config(root).op("o")
     # a seed whose plan-1 and plan-2 cases differ in distribution
-    seed = next(s for s in range(19) if derive_case(op, s, plan=2).distribution != derive_case(op, s).distribution)
-    old = derive_case(op, seed, plan=2)
+    seed = next(s for s in range(19) if derive_case(op, s, plan=1).distribution != derive_case(op, s).distribution)
+    old = derive_case(op, seed, plan=1)
     db = sqlite3.connect(root / ".gpuemu" / "gpuemu.db")
     rows = db.execute("SELECT id, detail FROM cases WHERE op = 'o' AND seed = ?", (seed,)).fetchall()
     assert rows, "the failing case is stored"
-    for rid, detail in rows:  # stored under plan 2, without its snapshot
+    for rid, detail in rows:  # stored under plan 1, without its snapshot
         d = json.loads(detail)
         d["spec"] = old.to_dict()
         db.execute(
@@ -182,7 +190,7 @@ def test_a_stored_case_replays_under_its_own_plan_from_the_cli(tmp_path) -> None
     for extra, dist in (
         ([], old.distribution),
         (["--regenerate"], old.distribution),
-        (["--plan", "1"], derive_case(op, seed).distribution),
+        (["--plan", "2"], derive_case(op, seed).distribution),
     ):
         out = subprocess.run(
             [*cli, "reproduce", "--op", "o", "--seed", str(seed), "--no-repro", "--format", "json", *extra],
@@ -195,4 +203,4 @@ def test_a_stored_case_replays_under_its_own_plan_from_the_cli(tmp_path) -> None
         assert f'"distribution": "{dist}"' in got, (extra, dist, got[:600])
     # its failure line names the plan it needs
     failures = subprocess.run([*cli, "failures", "--op", "o"], capture_output=True, text=True, timeout=120).stdout
-    assert f"--seed {seed} --plan 2" in failures, failures
+    assert f"--seed {seed} --plan 1" in failures, failures

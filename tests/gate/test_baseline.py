@@ -127,7 +127,7 @@ def test_other_seeds_of_the_unchanged_workspace_are_noise_not_regressions(quicks
     # the quickstart kernels, on seeds that share no case with the baseline's
     qs = copy_workspace(quickstart["ws"], tmp_path / "qs")
     proc, doc = _ci(qs, *QS_FLAGS, "--baseline", "nightly", "--seed", "5000", "--fail-on-regression")
-    assert doc["status"] == "passed"
+    assert doc["status"] in ("passed", "edge"), [o["message"] for o in doc["ops"]]  # edge findings pass the gate
     assert doc["regressions"] == [], [r["reason"] for r in doc["regressions"]]
     assert proc.returncode == 0, out(proc)
 

@@ -33,12 +33,15 @@ Modes pick seeds, not cases, so every case of every mode replays from (op, seed)
 
 **Coverage** (:func:`cover`). A run of at least ``COVER_FROM`` unpinned cases must contain some
 cases that chance would often leave out, its *needs*: every dim at its minimum (the smallest
-candidate of a candidate list); in thorough runs, each structure distribution the op lists
-(``STRUCTURE_DISTRIBUTIONS``: rare row structures that only bite where the last tile is partial) at
-a ``boundary`` shape; in quick runs, each of ``QUICK_DISTRIBUTIONS`` the op lists. For each need no
-case meets, the next seed after the run's last that the run's filter keeps and that meets it
-replaces the last free case (not pinned, not itself a replacement) whose loss leaves every need met
-so far met. The count stays what was asked and pinned seeds are untouched.
+candidate of a candidate list), drawn from values that cannot hide a wrong answer there (not
+``HIDING_DISTRIBUTIONS``: a NaN row of one element hides an empty-partition bug); in thorough runs,
+each structure distribution the op lists (``STRUCTURE_DISTRIBUTIONS``: rare row structures that only
+bite where the last tile is partial) at a ``boundary`` shape, and each (dtype, layout) pair at dims
+of 2 or more; in quick runs, each of ``QUICK_DISTRIBUTIONS`` the op lists (``nan_payloads`` among
+them: NaN bit patterns that a cast or a NaN guard mishandles). For each need no case meets, the next
+seed after the run's last that the run's filter keeps and that meets it replaces the last free case
+(not pinned, not itself a replacement) whose loss leaves every need met so far met. The count stays
+what was asked and pinned seeds are untouched.
 """
 
 from __future__ import annotations
@@ -77,8 +80,11 @@ STRUCTURE_DISTRIBUTIONS = (
     "nan_payloads",
     "boundary",
 )
+#: Distributions whose NaN or -inf values can make a wrong answer coincide with the reference's NaN (a size-1
+#: row that is NaN hides an empty-partition bug): a dim's minimum is covered by a case drawn from another one.
+HIDING_DISTRIBUTIONS = ("special", "nan_payloads", "masked_rows", "partial_inf")
 #: Distributions a quick run covers within its count (those the op lists).
-QUICK_DISTRIBUTIONS = ("masked_rows", "tail_max", "large", "boundary")
+QUICK_DISTRIBUTIONS = ("masked_rows", "tail_max", "large", "boundary", "nan_payloads")
 #: Dtypes a quick run adds a few cases of when ``[ci] quick_dtypes`` is not set...
 HALF_DTYPES = ("float16", "bfloat16")
 #: ...with one of these distributions (those the op lists), which stress half-precision accumulators.
@@ -369,10 +375,18 @@ class Need:
     value: int | None = None
     distribution: str | None = None
     strategy: str | None = None
+    dtype: str | None = None
+    layout: str | None = None
+    wide: tuple[str, ...] = ()  # dims that must be 2 or more (a layout cannot show in a dim of 1)
+    plain: bool = False  # met only by a case whose values cannot hide a wrong answer (HIDING_DISTRIBUTIONS)
 
     def met(self, spec: CaseSpec) -> bool:
         return (
             (self.dim is None or spec.dims.get(self.dim) == self.value)
+            and (self.dtype is None or spec.dtype == self.dtype)
+            and (self.layout is None or spec.layout == self.layout)
+            and all(spec.dims.get(d, 0) >= 2 for d in self.wide)
+            and not (self.plain and spec.distribution in HIDING_DISTRIBUTIONS)
             and (self.strategy is None or spec.strategy == self.strategy)
             and (
                 self.distribution is None
@@ -384,6 +398,10 @@ class Need:
         """A cheap necessary condition (the window picks), checked before deriving the whole case."""
         if self.strategy is not None and _window_pick(op.name, "strategy", seed, strategy_window(op)) != self.strategy:
             return False
+        if self.dtype is not None and _window_pick(op.name, "dtype", seed, op.dtypes) != self.dtype:
+            return False
+        if self.layout is not None and _window_pick(op.name, "layout", seed, op.layouts) != self.layout:
+            return False
         return (
             self.distribution is None
             or _window_pick(op.name, "distribution", seed, op.distributions) == self.distribution
@@ -391,13 +409,27 @@ class Need:
 
 
 def minimum_needs(op: OpConfig) -> list[Need]:
-    """Every dim at its minimum (the smallest candidate of a candidate list)."""
+    """Every dim at its minimum (the smallest candidate of a candidate list), with values that can show a bug."""
     out = []
     for name in sorted(op.dims):
         dim = op.dims[name]
         low = min(dim.candidates) if dim.candidates is not None else dim.min
-        out.append(Need(f"{name}={low}", dim=name, value=low))
+        out.append(Need(f"{name}={low}", dim=name, value=low, plain=True))
     return out
+
+
+def pair_needs(op: OpConfig) -> list[Need]:
+    """Each (dtype, layout) pair of the op, at a shape whose dims are 2 or more (thorough runs): a kernel that
+    ignores strides in one dtype only (a dtype-specific code path) is otherwise caught by chance, in about 9
+    of 10 runs of 24 cases over 3 dtypes and 3 layouts."""
+    if len(op.dtypes) < 2 or len(op.layouts) < 2:
+        return []
+    wide = tuple(sorted(n for n, d in op.dims.items() if _reaches_two(d)))
+    return [Need(f"{d} {lay}", dtype=d, layout=lay, wide=wide) for d in op.dtypes for lay in op.layouts]
+
+
+def _reaches_two(dim: DimSpec) -> bool:
+    return (max(dim.candidates) if dim.candidates is not None else dim.max) >= 2
 
 
 def _takes(op: OpConfig, dist: str) -> bool:
@@ -519,7 +551,7 @@ def plan_thorough(
 ) -> list[CaseSpec]:
     """``count`` cases from ``base_seed`` (pinned first) covering dim minimums and structure distributions."""
     specs = list(iter_seeds(op, base_seed, count, accept=accept, max_elements=max_elements, cancel=cancel))
-    needs = minimum_needs(op) + structure_needs(op)
+    needs = minimum_needs(op) + structure_needs(op) + pair_needs(op)
     return cover(op, specs, needs, accept=accept, max_elements=max_elements)
 
 

@@ -34,7 +34,9 @@ def pin_seed(text: str, index: int, name: str, seed: int, plan: int | None = Non
         entry["plan"] = plan
     pinned = {pinned_seed(p) for p in (seeds or [])}
     if seeds is None:
-        table["seeds"] = tomlkit.array([entry])
+        fresh = tomlkit.array()  # tomlkit.array() parses a string: a list with a table in it is no TOML text
+        fresh.append(entry)
+        table["seeds"] = fresh
     elif seed not in pinned:
         seeds.append(entry)
     return tomlkit.dumps(doc)

@@ -208,7 +208,7 @@ VALUE_DOCS: dict[str, dict[str, str]] = {
         "tail_max": "each row's maximum at its last element",
         "special": "NaN and ±inf sprinkled, each at least once",
         "nan_payloads": "NaNs of specific bit patterns: CUDA's canonical NaN, quiet and signalling NaNs with low payloads",
-        "peaked": "normal rows, each with one value 12..20 above the rest at a random position: confident logits, a softmax within ~1e-5 of one-hot (listed by the op: not yet in the default set)",
+        "peaked": "normal rows, each with one value 12..20 above the rest at a random position: confident logits, a softmax within ~1e-5 of one-hot",
     },
     "sign": {"any": "no folding", "positive": "|v|", "negative": "-|v|"},
     "execution_mode": {

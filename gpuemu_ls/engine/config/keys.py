@@ -126,10 +126,9 @@ DISTRIBUTIONS = (
 #: The plan version: what a bare (op, seed) means. Plan 1 draws from the first 18 distributions (no
 #: ``peaked``); plan 2 adds ``peaked`` to the default set. Only ops that take the default set see a
 #: difference (an op that lists its distributions draws the same case under every plan), and a seed
-#: recorded under a plan (stored cases, pins, baselines) replays under that plan. Plan 1 is still the
-#: default: plan 2 is selectable (``reproduce --plan 2``, ``{ seed = N, plan = 2 }`` pins) and becomes
-#: the default once the suite's seed-specific expectations are re-derived under it (issue 25).
-PLAN = 1
+#: recorded under a plan (stored cases, pins, baselines) replays under that plan. Plan 2 is the default;
+#: plan-1 cases stay reachable (``reproduce --plan 1``, bare-integer pins, cases stored before it).
+PLAN = 2
 #: The default distributions of each plan.
 PLAN_DISTRIBUTIONS: dict[int, tuple[str, ...]] = {
     1: tuple(d for d in DISTRIBUTIONS if d != "peaked"),

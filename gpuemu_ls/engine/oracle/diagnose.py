@@ -76,6 +76,14 @@ def _verdict(c: Any) -> str:
     return "edge" if getattr(c, "tier", None) == "edge" else str(c.status)
 
 
+def _unjudged(c: Any) -> bool:
+    """A passing case that judged no element (every one out of range or the reference's NaN): it passed
+    because nothing could be checked, so it is no evidence that the bug is absent there ("fails iff N % 64
+    != 0 and distribution != boundary" from a boundary case whose every row sum overflowed)."""
+    comparisons = getattr(c, "comparisons", None)
+    return bool(comparisons) and c.judged() == 0
+
+
 def _attr(attr: str, v: str) -> Callable[[Any], bool]:
     return lambda c: getattr(c.spec, attr) == v
 
@@ -936,7 +944,7 @@ def diagnose_cases(
     cases run for it (None: none could run, and no condition is stated as confirmed)."""
     failed = [c for c in cases if _verdict(c) == "failed"]
     errors = [c for c in cases if _verdict(c) == "error"]
-    passed = [c for c in cases if _verdict(c) == "passed"]
+    passed = [c for c in cases if _verdict(c) == "passed" and not _unjudged(c)]
     bad = failed or errors
     if not bad:
         return ""
@@ -945,7 +953,11 @@ def diagnose_cases(
     good = passed if failed else passed + failed
     extra = probes or []
     e_bad = bad + [c for c in extra if _verdict(c) == want]
-    e_good = good + [c for c in extra if _verdict(c) == "passed" or (want == "error" and _verdict(c) == "failed")]
+    e_good = good + [
+        c
+        for c in extra
+        if (_verdict(c) == "passed" and not _unjudged(c)) or (want == "error" and _verdict(c) == "failed")
+    ]
     confirmed = bool(extra)
     agree = f"; {len(extra)} confirmation case(s) agree" if confirmed else ""
     unconfirmed = "" if confirmed else "; not confirmed by targeted cases"
@@ -971,7 +983,7 @@ def diagnose_cases(
     elif cond is not None and confirmed:
         others = _also_fits(cond, e_bad, e_good)
         also = f"; also fits {others}: no case told them apart" if others else ""
-        line = f"{verb} iff {cond.text} ({len(bad)}/{len(bad)} {noun}, 0/{len(good)} passing{agree}{also})"
+        line = f"{verb} iff {_shown(cond)} ({len(bad)}/{len(bad)} {noun}, 0/{len(good)} passing{agree}{also})"
     elif cond is not None:
         line = (
             f"{verb} in these cases iff {cond.text} ({len(bad)}/{len(bad)} {noun}, 0/{len(good)} passing{unconfirmed})"
@@ -995,7 +1007,7 @@ def diagnose_cases(
         elif necessary is not None:
             cond, hits = necessary
             line = (
-                f"{verb} only if {cond.text} ({len(bad)}/{len(bad)} {noun}; {hits}/{len(e_good)} passing cases "
+                f"{verb} only if {_shown(cond)} ({len(bad)}/{len(bad)} {noun}; {hits}/{len(e_good)} passing cases "
                 f"also satisfy it, the bug hides on some inputs{agree or unconfirmed})"
             )
         elif 4 * len(bad) >= 3 * len(cases):
@@ -1024,6 +1036,19 @@ def diagnose_cases(
     else:
         parts.append(_error_summary(errors, root))
     return "; ".join(parts)
+
+
+def _shown(cond: Predicate) -> str:
+    """A condition as the line states it. "A and distribution != D" says where the bug shows (A) and which values
+    hide it there (D's: huge values that swamp the error, NaN rows that are NaN in both): "A, except where
+    distribution == D, whose values hide it", never D's absence as part of the bug's cause."""
+    if "+" not in cond.kind:
+        return cond.text
+    left, right = cond.text.split(" and ", 1)
+    for where, hidden in ((left, right), (right, left)):
+        if hidden.startswith("distribution != ") and not where.startswith("distribution"):
+            return f"{where}, except where {hidden.replace(' != ', ' == ')}, whose values hide it"
+    return cond.text
 
 
 def _hiding_values(cond: Predicate) -> bool:
@@ -1074,7 +1099,11 @@ def condition_of(cases: list[CaseResult], probes: list[CaseResult] | None) -> di
     good = [c for c in cases if _verdict(c) == "passed" or (want == "error" and _verdict(c) == "failed")]
     extra = probes or []
     e_bad = bad + [c for c in extra if _verdict(c) == want]
-    e_good = good + [c for c in extra if _verdict(c) == "passed" or (want == "error" and _verdict(c) == "failed")]
+    e_good = good + [
+        c
+        for c in extra
+        if (_verdict(c) == "passed" and not _unjudged(c)) or (want == "error" and _verdict(c) == "failed")
+    ]
     cond = find_condition(e_bad, e_good)
     if cond is None and extra and want == "failed":
         cond = find_disjunction(e_bad, e_good)
