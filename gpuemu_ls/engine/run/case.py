@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import sys
 import threading
 import time
 import traceback
@@ -30,6 +31,7 @@ from ..oracle.features import input_features, output_features
 from ..oracle.invariants import check_invariants
 from ..oracle.outcome import CaseResult
 from ..oracle.tier import TIERABLE_KINDS, edge_record, explained, overflow_threshold, tame
+from . import triton_interp
 from .grads import Upstream
 from .runners import CallableRunner, CallError, Runner, promote
 
@@ -61,6 +63,8 @@ class CaseContext:
     ref_runner: Runner
     calibration: bool = False  # also measure the error figures calibration needs (a few more passes)
     range_checks: bool = True  # the extra reference evaluations that decide out of range (off: benchmark #10)
+    # patch Triton's CPU interpreter for bf16 and libdevice (run/triton_interp.py): gpuemu's own workers only
+    triton_patch: bool = False
 
 
 def sensitivity_eps(spec: CaseSpec) -> float:
@@ -134,12 +138,23 @@ def run_case(
     # an in-place input (``inplace``): the reference reads its values from before the op wrote them
     unwritten = {n: np.array(inputs.logical[n], copy=True) for n in op.inplace if n in inputs.logical}
     phase("op")
+    launched = _launch_count(ctx)
     t0 = time.perf_counter()
     try:
         op_out = ctx.op_runner.call(inputs.views, dict(op.kwargs))
     except CallError as exc:
         return call_failed("op", exc)
     result.durations["op"] = time.perf_counter() - t0
+    if launched is not None and (launches := triton_interp.launches() - launched):
+        result.features["launches"] = launches  # Triton kernels the op ran in the interpreter
+        why = triton_interp.bf16_ready() if _bf16_case(op, spec) else None
+        if why is not None:
+            return fail(
+                "error",
+                "bf16_not_judged",
+                f"not judged: Triton's CPU interpreter cannot compute bfloat16 here ({why}); the op's other dtypes "
+                "are judged as usual",
+            )
     if op.grad:
         result.features["upstream"] = dict(upstream.kinds)  # what each output's upstream gradient was drawn from
 
@@ -269,6 +284,19 @@ def run_case(
         fail("failed", "invariant", f"invariant {v.invariant} violated: {v.message}")
         return _tiered(ctx, spec, result, None, tiering)
     return result
+
+
+def _launch_count(ctx: CaseContext) -> int | None:
+    """The interpreter's launch count before the op runs, with the interpreter patched (None: not patching)."""
+    if not ctx.triton_patch or "triton" not in sys.modules or not triton_interp.interpreting():
+        return None
+    triton_interp.install()  # counts launches even where it cannot patch bf16 (bf16_ready then says why)
+    return triton_interp.launches()
+
+
+def _bf16_case(op: OpConfig, spec: CaseSpec) -> bool:
+    """Whether the case hands the op bfloat16 values (its dtype, or an input declared bf16)."""
+    return spec.dtype == "bfloat16" or any(i.dtype == "bfloat16" for i in op.inputs)
 
 
 def _failure_of(bad: list[Comparison]) -> tuple[str, str]:

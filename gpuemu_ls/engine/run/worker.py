@@ -35,7 +35,8 @@ def build_context(root: Path, op: OpConfig, validation: ValidationConfig) -> Cas
             f"op {op.name!r} has nothing runnable here (execution_mode = "
             f"{op.execution_mode!r}): run it through the Python API on the machine that has the kernel",
         )
-    return CaseContext(root, op, validation, op_runner, pick.reference_runner(root, op, isolated=True))
+    ref_runner = pick.reference_runner(root, op, isolated=True)
+    return CaseContext(root, op, validation, op_runner, ref_runner, triton_patch=True)
 
 
 def _kill_own_group(_signum: int, _frame: object) -> None:
