@@ -491,7 +491,7 @@ class Client:
 
     def _op_runner(self, op: OpConfig, run_op: RunOp | None, framework: str | None) -> Runner:
         if run_op is not None:
-            return ClientRunner(run_op, op.input_names, self.adapter(op, framework))
+            return pick.named(ClientRunner(run_op, op.input_names, self.adapter(op, framework)), op.outputs)
         fw = framework or self.framework
         runner = self._loaded(
             op,

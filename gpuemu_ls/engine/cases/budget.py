@@ -33,7 +33,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..config.model import OpConfig
-from .plan import DEFAULT_TILES, STRATEGIES, CaseSpec, Need, derive_case, minimum_needs, tiled_dims
+from .plan import DEFAULT_TILES, STRATEGIES, CaseSpec, Need, derive_case, entry_dims, minimum_needs, tiled_dims
 
 #: Cases run before an op is planned to its budget: enough to see a fixed and a per-element cost.
 PROBE_CASES = 3
@@ -383,7 +383,7 @@ def non_degenerate(op: OpConfig, dims: list[str] | None = None) -> Callable[[Cas
     for a class under a work budget. The cheapest case of a class is often one row of
     one element, where the class cannot show: a transposed vector is the vector, a stride never steps, a row
     mask has nothing to mask."""
-    inner = {d for i in op.inputs for d in i.shape[-2:] if isinstance(d, str) and d in op.dims}
+    inner = {d for i in op.inputs for d in entry_dims(i.shape[-2:]) if d in op.dims}
     names = (inner or set(op.dims)) if dims is None else set(dims)
     floor = {
         n: min(2, max(d.candidates) if d.candidates is not None else d.max) for n, d in op.dims.items() if n in names

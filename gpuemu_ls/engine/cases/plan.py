@@ -53,6 +53,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import dtypes as dt
+from ..config import dimexpr
 from ..config.keys import MAX_ITERATIONS, PLAN, PLAN_DISTRIBUTIONS
 from ..config.model import DimSpec, OpConfig
 from ..errors import UsageError
@@ -185,7 +186,7 @@ def tiled_dims(op: OpConfig) -> list[str]:
     declared = sorted(n for n, d in op.dims.items() if d.tiles)
     if declared:
         return declared
-    inner = {d for i in op.inputs for d in i.shape[-2:] if isinstance(d, str)}
+    inner = {d for i in op.inputs for d in entry_dims(i.shape[-2:])}
     return sorted(n for n in op.dims if n in inner) or sorted(op.dims)
 
 
@@ -282,7 +283,7 @@ def _fit_budget(op: OpConfig, dims: dict[str, int], max_elements: int) -> dict[s
         if not over:
             return dims
         biggest = max(over, key=lambda i: _numel(shape_of(i.shape, dims)))
-        own = {d for d in biggest.shape if isinstance(d, str)}
+        own = entry_dims(biggest.shape)
         shrinkable = [n for n in sorted(own) if dims[n] > op.dims[n].min and op.dims[n].candidates is None]
         if not shrinkable:
             return dims
@@ -291,7 +292,13 @@ def _fit_budget(op: OpConfig, dims: dict[str, int], max_elements: int) -> dict[s
 
 
 def shape_of(shape: tuple[str | int, ...], dims: dict[str, int]) -> tuple[int, ...]:
-    return tuple(dims[d] if isinstance(d, str) else int(d) for d in shape)
+    """An input's shape for drawn ``dims``: integers, dim names and dim expressions (``"2*D2"``)."""
+    return tuple(dimexpr.evaluate(d, dims) for d in shape)
+
+
+def entry_dims(shape: tuple[str | int, ...]) -> set[str]:
+    """The dims a shape's entries name (an expression names each of its dims)."""
+    return {n for d in shape for n in dimexpr.names(d)}
 
 
 def _numel(shape: tuple[int, ...]) -> int:

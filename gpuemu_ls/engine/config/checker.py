@@ -17,6 +17,7 @@ from typing import Any
 from .. import dtypes as dt
 from ..errors import ConfigError, Problem
 from ..private_files import NAME_RULE, name_problem
+from . import dimexpr
 from .keys import (
     _CHECK_KEYS,
     _CI_KEYS,
@@ -181,6 +182,29 @@ class _Checker:
                 f"{self.dotted((*path, 'inplace'))} needs an op gpuemu calls in-process (module = ...)",
                 "a script op gets copies of its inputs through the protocol: what it writes never comes back",
             )
+
+    def outputs(self, path: tuple[str | int, ...], op: dict[str, Any]) -> None:
+        """``outputs``: distinct names for the op's positional outputs, none a name gpuemu gives another output
+        (``grad_<input>`` of backward validation, an input written in place)."""
+        key = (*path, "outputs")
+        if not self.typed(key, op["outputs"], "list"):
+            return
+        if not op["outputs"]:
+            self.problem(key, f"{self.dotted(key)} is empty", 'name the outputs in order: outputs = ["loss", "dx"]')
+        grads = op.get("grad") if isinstance(op.get("grad"), list) else []
+        written = op.get("inplace") if isinstance(op.get("inplace"), list) else []
+        taken = {f"grad_{g}" for g in grads if isinstance(g, str)} | {n for n in written if isinstance(n, str)}
+        seen: set[str] = set()
+        for j, name in enumerate(op["outputs"]):
+            if not self.typed((*key, j), name, "str"):
+                continue
+            if not name.isidentifier():
+                self.problem((*key, j), f"output name {name!r} must be an identifier (letters, digits, _)")
+            elif name in seen:
+                self.problem((*key, j), f"output name {name!r} is given twice")
+            elif name in taken:
+                self.problem((*key, j), f"output name {name!r} is already an output gpuemu names (grad or inplace)")
+            seen.add(name)
 
     def backward(self, path: tuple[str | int, ...], op: dict[str, Any], raw: dict[str, Any]) -> None:
         """``grad``, ``reference_framework`` and ``reference_grad``: what backward validation needs to run
@@ -680,6 +704,8 @@ class _Checker:
         if "inplace" in op:
             self.inplace(path, op)
         self.backward(path, op, raw)
+        if "outputs" in op:
+            self.outputs(path, op)
         if "budget" in op:
             self.budget((*path, "budget"), op["budget"])
         if "cost" in op:
@@ -738,6 +764,27 @@ class _Checker:
                     self.problem((*p, "default"), f"dim {name}: default {de} is outside [{lo}, {hi}]")
         return tbl
 
+    def shape_entry(self, path: tuple[str | int, ...], entry: str, dims: dict[str, Any], used: set[str]) -> None:
+        """A shape entry that is a dim name or an expression of dims (``"2*D2"``, config/dimexpr.py)."""
+        try:
+            named = dimexpr.names(entry)
+        except dimexpr.DimExprError as exc:
+            self.problem(path, str(exc), 'a shape entry is a dim name, an integer, or e.g. "2*D" or "H*D"')
+            return
+        used.update(named)
+        for d in sorted(named):
+            if d not in dims:
+                self.problem(
+                    path,
+                    f"dim {d!r} is used but not declared in [ops.dims]",
+                    f"add {d} = {{ min = 1, max = 1024, default = 64 }} under [ops.dims]",
+                )
+        if not dimexpr.is_name(entry):
+            bounds = {d: b for d in named if (b := _dim_bounds(dims.get(d))) is not None}
+            why = dimexpr.problem(entry, bounds)
+            if why:
+                self.problem(path, why)
+
     def check_inputs(self, path: tuple[str | int, ...], op: dict[str, Any], dims: dict[str, Any]) -> None:
         inputs = op.get("inputs")
         used: set[str] = set()
@@ -771,13 +818,7 @@ class _Checker:
                 elif self.typed((*p, "shape"), s["shape"], "list"):
                     for j, d in enumerate(s["shape"]):
                         if isinstance(d, str):
-                            used.add(d)
-                            if d not in dims:
-                                self.problem(
-                                    (*p, "shape", j),
-                                    f"dim {d!r} is used but not declared in [ops.dims]",
-                                    f"add {d} = {{ min = 1, max = 1024, default = 64 }} under [ops.dims]",
-                                )
+                            self.shape_entry((*p, "shape", j), d, dims, used)
                         elif isinstance(d, bool) or not isinstance(d, int) or d < 0:
                             self.problem((*p, "shape", j), "a shape entry is a dim name or an integer >= 0")
                 if "dtype" in s and self.typed((*p, "dtype"), s["dtype"], "str") and s["dtype"] not in dt.ALL_NAMES:
@@ -1083,6 +1124,7 @@ class _Checker:
             nan_contract=bool(op.get("nan_contract", False)),
             inplace=tuple(op.get("inplace", ())),
             grad=tuple(op.get("grad", ())),
+            outputs=tuple(op.get("outputs", ())),
             reference_framework=op.get("reference_framework", "numpy"),
             reference_grad=op.get("reference_grad"),
             strict=bool(op.get("strict", validation.strict)),
@@ -1090,6 +1132,20 @@ class _Checker:
             reference_call=op.get("reference_call", op.get("call", "positional")),
             **{k: v if k in op else getattr(validation, k) for k, v in _domain(op).items()},
         )
+
+
+def _dim_bounds(spec: Any) -> tuple[int, int] | None:
+    """(smallest, largest) size a raw dim declaration allows, or None when it is malformed (reported elsewhere)."""
+    if isinstance(spec, bool):
+        return None
+    if isinstance(spec, int):
+        return spec, spec
+    values = spec if isinstance(spec, list) else spec.get("candidates") if isinstance(spec, dict) else None
+    if isinstance(values, list) and values and all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        return min(values), max(values)
+    if isinstance(spec, dict) and _ints(spec.get("min"), spec.get("max")):
+        return spec["min"], spec["max"]
+    return None
 
 
 def _input_names(op: dict[str, Any]) -> list[str]:

@@ -221,6 +221,7 @@ _OP_KEYS = {
     "strict",
     "inplace",
     "grad",
+    "outputs",
     "reference_framework",
     "reference_grad",
     "call",

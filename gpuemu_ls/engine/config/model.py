@@ -164,6 +164,7 @@ class OpConfig:
     cost_reason: str = ""  # why the cost is high: "declared", or what ``cost = "auto"`` found
     inplace: tuple[str, ...] = ()  # inputs the op writes its result into: judged as outputs of those names
     grad: tuple[str, ...] = ()  # inputs whose gradients are judged as outputs grad_<name> (run/grads.py)
+    outputs: tuple[str, ...] = ()  # names of the op's positional outputs (result, result0.. otherwise)
     reference_framework: str = "numpy"  # the tensors an in-process reference receives (float64, on the CPU)
     reference_grad: str | None = None  # "module:function": a numpy reference's input gradients
     nan_contract: bool = False  # a NaN the reference returns from NaN-free inputs is the op's contract there

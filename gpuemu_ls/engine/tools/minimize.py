@@ -22,6 +22,7 @@ import numpy as np
 
 from ..cases.generate import generate_inputs
 from ..cases.plan import CaseSpec, shape_of
+from ..config import dimexpr
 from ..config.model import Config, OpConfig
 from ..errors import UsageError
 from ..oracle.outcome import CaseResult
@@ -63,7 +64,7 @@ def _slice_inputs(op: OpConfig, arrays: dict[str, np.ndarray], dims: dict[str, i
     out: dict[str, np.ndarray] = {}
     for inp in op.inputs:
         arr = arrays[inp.name]
-        index = tuple(slice(0, dims[d]) if isinstance(d, str) else slice(None) for d in inp.shape)
+        index = tuple(slice(0, dimexpr.evaluate(d, dims)) if isinstance(d, str) else slice(None) for d in inp.shape)
         cut = np.ascontiguousarray(arr[index]) if arr.ndim else arr.copy()
         if inp.range is not None and cut.dtype.kind in "iu":
             lo, hi = (dims[b] if isinstance(b, str) else b for b in inp.range)

@@ -129,6 +129,7 @@ def write_repro(
         "REFERENCE_CALL": op.reference_call,
         "INPLACE": list(op.inplace),
         "GRAD": list(op.grad),
+        "OUTPUTS": list(op.outputs),
         "REFERENCE_FRAMEWORK": op.reference_framework,
         "REFERENCE_GRAD": op.reference_grad,
         "KWARGS": op.kwargs,
@@ -347,6 +348,10 @@ def call(ref, args, fw, style="positional", inplace=(), upstream=None):
     if value is None and written:  # an in-place op: its results are the inputs it wrote
         return written
     outs = named_outputs(value)
+    if OUTPUTS:  # the op's declared names for its positional outputs
+        positional = ["result"] if len(OUTPUTS) == 1 else [f"result{i}" for i in range(len(OUTPUTS))]
+        if list(outs) == positional:
+            outs = dict(zip(OUTPUTS, outs.values()))
     got = {**{k: fw.array(v) for k, v in outs.items()}, **written}
     if upstream is not None:
         torch = fw.torch
