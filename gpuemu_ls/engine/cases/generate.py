@@ -190,6 +190,8 @@ def generate_inputs(op: OpConfig, spec: CaseSpec) -> CaseInputs:
         if not dt.is_float(name):
             lo, hi = _range(inp, spec, name)
             logical[inp.name] = integer_values(s, shape, name, lo, hi)
+            if inp.sentinels:
+                logical[inp.name] = with_sentinels(logical[inp.name], inp.sentinels, op.name, spec.seed, inp.name)
         elif dist == "range":  # a float input with a range, as cases stored before ranges bounded floats
             lo, hi = _range(inp, spec, name)
             logical[inp.name] = _cast(lo + (hi - lo) * s.uniform(_numel(shape)).reshape(shape), name)
@@ -236,6 +238,26 @@ def integer_values(s: Stream, shape: tuple[int, ...], name: str, lo: float, hi: 
         hi_i = lo_i + 1
     vals = s.integers(lo_i, hi_i, _numel(shape)).reshape(shape)
     return vals.astype(dt.numpy_dtype(name))
+
+
+def with_sentinels(
+    values: np.ndarray, sentinels: tuple[tuple[int, float], ...], op: str, seed: int, name: str
+) -> np.ndarray:
+    """Integer values with each sentinel (an ignore_index) put in about its share of the elements, from a
+    stream of its own (the other values stay what the seed draws). A case of two or more elements holds each
+    sentinel at least once; a row of sentinels only (every target ignored) happens as chance has it."""
+    out = values.copy()
+    flat = out.reshape(-1)
+    s = Stream("sentinels", op, seed, name)
+    u = s.uniform(flat.size)
+    start = 0.0
+    for value, share in sentinels:  # disjoint slices of one uniform draw: the shares never overlap
+        hit = (u >= start) & (u < start + share)
+        if flat.size >= 2 and not hit.any():
+            hit[s.integer(0, flat.size)] = True
+        flat[hit] = value
+        start += share
+    return out
 
 
 def float_input(s: Stream, dist: str, draw: Draw) -> np.ndarray:

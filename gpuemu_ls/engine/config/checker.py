@@ -14,6 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from .. import dtypes as dt
 from ..errors import ConfigError, Problem
 from ..private_files import NAME_RULE, name_problem
@@ -764,6 +766,34 @@ class _Checker:
                     self.problem((*p, "default"), f"dim {name}: default {de} is outside [{lo}, {hi}]")
         return tbl
 
+    def sentinels(self, path: tuple[str | int, ...], value: Any, dtype: Any) -> None:
+        """``sentinels = { value = -100, share = 0.25 }`` (or a list of such): special values of an integer input
+        (an ignore_index) and the share of its elements that hold each."""
+        if not (isinstance(dtype, str) and dtype in dt.ALL_NAMES and not dt.is_float(dtype)):
+            self.problem(path, 'sentinels need an integer input (dtype = "int64", ...)', "floats draw distributions")
+            return
+        tables = [value] if isinstance(value, dict) else value if isinstance(value, list) else None
+        if tables is None or not tables:
+            self.problem(path, f"{self.dotted(path)} must be {{ value = -100, share = 0.25 }} or a list of such tables")
+            return
+        total = 0.0
+        for j, t in enumerate(tables):
+            p = path if isinstance(value, dict) else (*path, j)
+            if not isinstance(t, dict) or set(t) != {"value", "share"}:
+                self.problem(p, f"{self.dotted(p)} must have exactly value and share", "{ value = -100, share = 0.25 }")
+                continue
+            if self.typed((*p, "value"), t["value"], "int"):
+                info = np.iinfo(dt.numpy_dtype(dtype))
+                if not info.min <= t["value"] <= info.max:
+                    self.problem((*p, "value"), f"sentinel {t['value']} does not fit {dtype}")
+            if self.typed((*p, "share"), t["share"], "number"):
+                if not 0 < t["share"] <= 1:
+                    self.problem((*p, "share"), f"a share is in (0, 1], got {t['share']}")
+                else:
+                    total += t["share"]
+        if total > 1 + 1e-9:
+            self.problem(path, f"the sentinels' shares add up to {total:g}, more than 1")
+
     def shape_entry(self, path: tuple[str | int, ...], entry: str, dims: dict[str, Any], used: set[str]) -> None:
         """A shape entry that is a dim name or an expression of dims (``"2*D2"``, config/dimexpr.py)."""
         try:
@@ -830,6 +860,8 @@ class _Checker:
                     )
                 if "distributions" in s:
                     self.str_list((*p, "distributions"), s["distributions"], DISTRIBUTIONS, "distribution")
+                if "sentinels" in s:
+                    self.sentinels((*p, "sentinels"), s["sentinels"], s.get("dtype"))
                 if "range" in s:
                     used |= self.value_range((*p, "range"), s["range"], set(dims))
                 self.domain(p, {k: v for k, v in s.items() if k != "range"}, set(dims))
@@ -1088,6 +1120,7 @@ class _Checker:
                     if "distributions" in op["inputs"][n]
                     else None,
                     **{k: v for k, v in _domain(op["inputs"][n]).items() if k != "range"},
+                    sentinels=_sentinels(op["inputs"][n].get("sentinels")),
                 )
                 for n in order
             )
@@ -1132,6 +1165,14 @@ class _Checker:
             reference_call=op.get("reference_call", op.get("call", "positional")),
             **{k: v if k in op else getattr(validation, k) for k, v in _domain(op).items()},
         )
+
+
+def _sentinels(value: Any) -> tuple[tuple[int, float], ...]:
+    """``sentinels`` (one table or a list of them, checked) as (value, share) pairs."""
+    if value is None:
+        return ()
+    tables = [value] if isinstance(value, dict) else list(value)
+    return tuple((int(t["value"]), float(t["share"])) for t in tables)
 
 
 def _dim_bounds(spec: Any) -> tuple[int, int] | None:

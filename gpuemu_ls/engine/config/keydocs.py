@@ -120,6 +120,7 @@ TABLES: dict[tuple[str, ...], dict[str, str]] = {
         "dtype": "A dtype name of the wire format.",
         "range": "Integer inputs: half-open range [low, high) drawn uniformly. Float inputs: bounds [low, high] every distribution is clipped into (boundary and large drawn relative to it). A bound may name a dim.",
         "distributions": "Distributions for this input.",
+        "sentinels": "Special values of an integer input and the share of its elements that hold each: sentinels = { value = -100, share = 0.25 } puts an ignore_index in about a quarter of the targets (a list of tables for several); a case of two or more elements holds each at least once. Needs an integer dtype.",
         "scale": "Multiplies generated float values (first step of the value domain).",
         "offset": "Added to generated float values, after scale.",
         "sign": "Folds generated values to this sign (|v| or -|v|; zeros stay zeros).",

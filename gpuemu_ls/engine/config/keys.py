@@ -231,7 +231,7 @@ _OP_KEYS = {
     "sign",
     "range",
 }
-_INPUT_KEYS = {"shape", "dtype", "range", "distributions", "scale", "offset", "sign"}
+_INPUT_KEYS = {"shape", "dtype", "range", "distributions", "scale", "offset", "sign", "sentinels"}
 #: The value-domain keys of [validation], [[ops]] and [ops.inputs.x].
 _DOMAIN_KEYS = ("scale", "offset", "sign", "range")
 _DIM_KEYS = {"min", "max", "default", "candidates", "tile", "block"}

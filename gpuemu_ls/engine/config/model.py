@@ -130,6 +130,8 @@ class InputSpec:
     scale: float | None = None  # value domain (float inputs); None: the op's
     offset: float | None = None
     sign: str | None = None
+    # integer inputs: (value, share) pairs, e.g. ((-100, 0.25),): ignore_index in a quarter of the targets
+    sentinels: tuple[tuple[int, float], ...] = ()
 
 
 @dataclass(frozen=True)
