@@ -46,6 +46,7 @@ what was asked and pinned seeds are untouched.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import threading
 from collections.abc import Callable, Iterator
@@ -224,7 +225,9 @@ def _small_dims(op: OpConfig, s: Stream) -> dict[str, int]:
 
 
 def boundary_values(dim: DimSpec) -> list[int]:
-    """Sizes where tiled kernels break, inside the dim's range (sorted, unique)."""
+    """Sizes where tiled kernels break, inside the dim's range, and the dim's ``also`` sizes (sorted, unique)."""
+    if dim.also:
+        return sorted({*boundary_values(dataclasses.replace(dim, also=())), *dim.also})
     if dim.candidates is not None:
         return sorted({dim.default, dim.candidates[-1], min(dim.candidates), max(dim.candidates)})
     vals = {dim.min, dim.max, 0, 1, 2, *SMALL_PRIMES}
@@ -284,7 +287,11 @@ def _fit_budget(op: OpConfig, dims: dict[str, int], max_elements: int) -> dict[s
             return dims
         biggest = max(over, key=lambda i: _numel(shape_of(i.shape, dims)))
         own = entry_dims(biggest.shape)
-        shrinkable = [n for n in sorted(own) if dims[n] > op.dims[n].min and op.dims[n].candidates is None]
+        shrinkable = [
+            n
+            for n in sorted(own)
+            if dims[n] > op.dims[n].min and op.dims[n].candidates is None and dims[n] not in op.dims[n].also
+        ]
         if not shrinkable:
             return dims
         name = max(shrinkable, key=lambda n: (dims[n], n))
@@ -415,6 +422,17 @@ class Need:
         )
 
 
+def also_needs(op: OpConfig, dtypes: tuple[str, ...]) -> list[Need]:
+    """Each ``also`` size of each dim, in each of ``dtypes`` (the run's), with values that can show a bug:
+    a code path a library takes only from 32768 rows up is reached by every run."""
+    return [
+        Need(f"{name}={v} {d}", dim=name, value=v, dtype=d, plain=True)
+        for name in sorted(op.dims)
+        for v in op.dims[name].also
+        for d in dtypes
+    ]
+
+
 def minimum_needs(op: OpConfig) -> list[Need]:
     """Every dim at its minimum (the smallest candidate of a candidate list), with values that can show a bug."""
     out = []
@@ -517,6 +535,8 @@ def _find(
     span = 64 * COVER_FROM * max(len(op.dtypes), 1)
     if need.distribution is not None:
         span *= len(op.distributions) // 4 + 1
+    if need.dim is not None and need.dtype is not None:  # an also size: one boundary value of one dtype
+        span *= 4
     for seed in range(start, start + span):
         if seed in op.seeds or not need.may_meet(op, seed):
             continue
@@ -558,7 +578,7 @@ def plan_thorough(
 ) -> list[CaseSpec]:
     """``count`` cases from ``base_seed`` (pinned first) covering dim minimums and structure distributions."""
     specs = list(iter_seeds(op, base_seed, count, accept=accept, max_elements=max_elements, cancel=cancel))
-    needs = minimum_needs(op) + structure_needs(op) + pair_needs(op)
+    needs = also_needs(op, op.dtypes) + minimum_needs(op) + structure_needs(op) + pair_needs(op)
     return cover(op, specs, needs, accept=accept, max_elements=max_elements)
 
 
@@ -595,7 +615,8 @@ def plan_quick(
     extras = half_precision_quota(op, count, main) if dtypes is None else []
     main_count = count - sum(m for _, m in extras)
     specs = list(iter_seeds(op, base_seed, main_count, accept=accept, max_elements=max_elements, cancel=cancel))
-    specs = cover(op, specs, minimum_needs(op) + quick_needs(op), accept=accept, max_elements=max_elements)
+    needs = also_needs(op, main) + minimum_needs(op) + quick_needs(op)
+    specs = cover(op, specs, needs, accept=accept, max_elements=max_elements)
     stress = tuple(d for d in ACCUMULATOR_STRESS if d in op.distributions) or op.distributions
     for half, m in extras:
 
@@ -606,6 +627,10 @@ def plan_quick(
         specs += iter_seeds(
             op, base_seed, m, accept=keep, max_elements=max_elements, pinned=False, scan=scan, cancel=cancel
         )
+    halves = tuple(h for h, _ in extras)
+    if halves and any(d.also for d in op.dims.values()):  # the also sizes in the half-precision dtypes too
+        quick_halves = mode_filter(op, dtypes=halves, strategies=quick_strategies(op))
+        specs = cover(op, specs, also_needs(op, halves), accept=quick_halves, max_elements=max_elements)
     pinned = set(op.seeds)
     return [sp for sp in specs if sp.seed in pinned] + sorted((sp for sp in specs if sp.seed not in pinned), key=_seed)
 

@@ -724,6 +724,11 @@ class _Checker:
             p = (*path, name)
             if isinstance(spec, dict):
                 self.tile_hint(p, spec, name)
+                if "also" in spec and self.typed((*p, "also"), spec["also"], "list"):
+                    if not spec["also"]:
+                        self.problem((*p, "also"), f"dim {name}: also is empty", "e.g. also = [32768]")
+                    for j, v in enumerate(spec["also"]):
+                        self.nonneg((*p, "also", j), v, "int")
             if isinstance(spec, bool) or not isinstance(spec, (int, list, dict)):
                 self.problem(
                     p,
@@ -1224,6 +1229,9 @@ def _tiles(spec: dict[str, Any]) -> tuple[int, ...]:
 
 
 def _dim(name: str, spec: Any) -> DimSpec:
+    if isinstance(spec, dict) and "also" in spec:
+        also = tuple(sorted(set(spec["also"])))
+        return dataclasses.replace(_dim(name, {k: v for k, v in spec.items() if k != "also"}), also=also)
     if isinstance(spec, dict) and ("tile" in spec or "block" in spec):
         return dataclasses.replace(
             _dim(name, {k: v for k, v in spec.items() if k not in ("tile", "block")}), tiles=_tiles(spec)

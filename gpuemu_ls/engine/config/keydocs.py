@@ -126,6 +126,7 @@ TABLES: dict[tuple[str, ...], dict[str, str]] = {
         "sign": "Folds generated values to this sign (|v| or -|v|; zeros stay zeros).",
     },
     ("ops", "dims", "*"): {
+        "also": "Sizes of this dim every run reaches, in each dtype it covers, even beyond min..max: also = [32768] plans N = 32768 at least once per run (a code path a library takes only for large batches), charged to the budget but never cut away, never halved to fit the element cap.",
         "min": "Smallest value.",
         "max": "Largest value.",
         "default": "Value of the default shape (within [min, max]).",

@@ -234,7 +234,7 @@ _OP_KEYS = {
 _INPUT_KEYS = {"shape", "dtype", "range", "distributions", "scale", "offset", "sign", "sentinels"}
 #: The value-domain keys of [validation], [[ops]] and [ops.inputs.x].
 _DOMAIN_KEYS = ("scale", "offset", "sign", "range")
-_DIM_KEYS = {"min", "max", "default", "candidates", "tile", "block"}
+_DIM_KEYS = {"min", "max", "default", "candidates", "tile", "block", "also"}
 _KERNEL_KEYS = {
     "name",
     "source",

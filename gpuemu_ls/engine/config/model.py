@@ -113,6 +113,7 @@ class DimSpec:
     default: int
     candidates: tuple[int, ...] | None = None
     tiles: tuple[int, ...] = ()  # declared tile/block sizes (``tile = 64``): where small-scope shapes probe
+    also: tuple[int, ...] = ()  # sizes every run reaches in each dtype it covers (``also = [32768]``), range or not
 
     def contains(self, value: int) -> bool:
         if self.candidates is not None:

@@ -43,7 +43,7 @@ from ..cases.budget import (
     targets,
     work,
 )
-from ..cases.plan import CaseSpec, Need, minimum_needs, quick_needs, run_filter, structure_needs
+from ..cases.plan import CaseSpec, Need, also_needs, minimum_needs, quick_needs, run_filter, structure_needs
 from ..config.model import Config, OpConfig
 from ..oracle.outcome import CaseResult, OpOutcome, op_status
 
@@ -110,8 +110,9 @@ def _or_inf(x: float | None) -> float:
 
 
 def needs_of(op: OpConfig, mode: str) -> list[Need]:
-    """The coverage needs the planner gives a run of ``mode`` (cases/plan.py), which a budget keeps too."""
-    return minimum_needs(op) + (quick_needs(op) if mode == "quick" else structure_needs(op))
+    """The coverage needs the planner gives a run of ``mode`` (cases/plan.py), which a budget keeps too: ``also``
+    sizes first (in every dtype; one a plan does not hold is no target), never cut away."""
+    return also_needs(op, op.dtypes) + minimum_needs(op) + (quick_needs(op) if mode == "quick" else structure_needs(op))
 
 
 def work_cut(config: Config, op: OpConfig, mode: str, specs: list[CaseSpec], given: float | None) -> WorkCut | None:
