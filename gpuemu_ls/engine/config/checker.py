@@ -185,6 +185,26 @@ class _Checker:
                 "a script op gets copies of its inputs through the protocol: what it writes never comes back",
             )
 
+    def requires_grad(self, path: tuple[str | int, ...], op: dict[str, Any], raw: dict[str, Any]) -> None:
+        """``requires_grad``: float inputs of a PyTorch op that it receives with ``requires_grad`` set (a kernel
+        that computes its gradient only then); ``grad`` sets it on its own inputs already."""
+        key = (*path, "requires_grad")
+        if not self.typed(key, op["requires_grad"], "list"):
+            return
+        known = _input_names(op)
+        declared = op.get("inputs") if isinstance(op.get("inputs"), dict) else {}
+        for j, name in enumerate(op["requires_grad"]):
+            if not self.typed((*key, j), name, "str"):
+                continue
+            spec = declared.get(name) if isinstance(declared.get(name), dict) else {}
+            if name not in known:
+                self.problem((*key, j), f"{self.dotted((*key, j))} names {name!r}, which is not an input of the op")
+            elif isinstance(spec.get("dtype"), str) and not dt.is_float(spec["dtype"]):
+                self.problem((*key, j), f"input {name!r} is {spec['dtype']}: only float tensors can require grad")
+        project = raw.get("project") if isinstance(raw.get("project"), dict) else {}
+        if op.get("framework", project.get("framework", "numpy")) != "pytorch":
+            self.problem(key, f'{self.dotted(key)} needs framework = "pytorch"')
+
     def outputs(self, path: tuple[str | int, ...], op: dict[str, Any]) -> None:
         """``outputs``: distinct names for the op's positional outputs, none a name gpuemu gives another output
         (``grad_<input>`` of backward validation, an input written in place)."""
@@ -708,6 +728,8 @@ class _Checker:
         self.backward(path, op, raw)
         if "outputs" in op:
             self.outputs(path, op)
+        if "requires_grad" in op:
+            self.requires_grad(path, op, raw)
         if "budget" in op:
             self.budget((*path, "budget"), op["budget"])
         if "cost" in op:
@@ -1163,6 +1185,7 @@ class _Checker:
             inplace=tuple(op.get("inplace", ())),
             grad=tuple(op.get("grad", ())),
             outputs=tuple(op.get("outputs", ())),
+            requires_grad=tuple(op.get("requires_grad", ())),
             reference_framework=op.get("reference_framework", "numpy"),
             reference_grad=op.get("reference_grad"),
             strict=bool(op.get("strict", validation.strict)),

@@ -221,6 +221,7 @@ _OP_KEYS = {
     "strict",
     "inplace",
     "grad",
+    "requires_grad",
     "outputs",
     "reference_framework",
     "reference_grad",

@@ -168,6 +168,7 @@ class OpConfig:
     inplace: tuple[str, ...] = ()  # inputs the op writes its result into: judged as outputs of those names
     grad: tuple[str, ...] = ()  # inputs whose gradients are judged as outputs grad_<name> (run/grads.py)
     outputs: tuple[str, ...] = ()  # names of the op's positional outputs (result, result0.. otherwise)
+    requires_grad: tuple[str, ...] = ()  # torch inputs handed over with requires_grad (forward-only kernels read it)
     reference_framework: str = "numpy"  # the tensors an in-process reference receives (float64, on the CPU)
     reference_grad: str | None = None  # "module:function": a numpy reference's input gradients
     nan_contract: bool = False  # a NaN the reference returns from NaN-free inputs is the op's contract there

@@ -44,7 +44,9 @@ def op_runner(
             inner = CallableRunner(root, module(op.module), op.input_names, adapter, "op", op.call)
             runner = GradRunner(inner, op.grad)
         else:
-            runner = CallableRunner(root, module(op.module), op.input_names, adapter, "op", op.call, op.inplace)
+            runner = CallableRunner(
+                root, module(op.module), op.input_names, adapter, "op", op.call, op.inplace, op.requires_grad
+            )
     return named(runner, op.outputs) if runner is not None else None
 
 

@@ -178,10 +178,12 @@ class CallableRunner(Runner):
         who: str,
         call: str = "positional",
         inplace: tuple[str, ...] = (),
+        requires_grad: tuple[str, ...] = (),
     ) -> None:
         self.root = root
         self.style = call
         self.inplace = inplace
+        self.requires_grad = requires_grad
         self.ref = ref
         self.order = order
         self.adapter = adapter
@@ -194,6 +196,8 @@ class CallableRunner(Runner):
         args, backs = [], []
         for name in self.order:  # on a device, the tensor is a copy: write it back so input writes are seen
             tensor, back = self.adapter.place(inputs[name])
+            if name in self.requires_grad:  # the same memory, as a leaf that requires grad
+                tensor = tensor.detach().requires_grad_(True)
             args.append(tensor)
             if back is not None:
                 backs.append(back)

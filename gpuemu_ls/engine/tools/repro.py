@@ -129,6 +129,7 @@ def write_repro(
         "REFERENCE_CALL": op.reference_call,
         "INPLACE": list(op.inplace),
         "GRAD": list(op.grad),
+        "REQUIRES_GRAD": list(op.requires_grad),
         "OUTPUTS": list(op.outputs),
         "REFERENCE_FRAMEWORK": op.reference_framework,
         "REFERENCE_GRAD": op.reference_grad,
@@ -326,10 +327,13 @@ def named_outputs(value):
     return {"result": value}
 
 
-def call(ref, args, fw, style="positional", inplace=(), upstream=None):
+def call(ref, args, fw, style="positional", inplace=(), upstream=None, requires_grad=()):
     \"\"\"Call ``ref``; with ``upstream`` (backward validation) also backward through torch's autograd, the
     gradients of the inputs of GRAD being outputs grad_<input>.\"\"\"
     tensors = [fw.tensor(a) for a in args]
+    for i, n in enumerate(INPUT_ORDER):
+        if n in requires_grad:  # the op reads requires_grad (a kernel that computes its gradient for training)
+            tensors[i] = tensors[i].detach().requires_grad_(True)
     leaves = []
     if upstream is not None:
         for i, n in enumerate(INPUT_ORDER):
@@ -474,7 +478,7 @@ def main():
     if OP_SCRIPT:
         out = run_script(OP_SCRIPT, views, SCRIPT_STRIDES)
     else:
-        out = call(OP_CALL, [views[n] for n in INPUT_ORDER], fw, CALL, INPLACE, grads)
+        out = call(OP_CALL, [views[n] for n in INPUT_ORDER], fw, CALL, INPLACE, grads, REQUIRES_GRAD)
     problems = []
     for k, v in views.items():
         now = v.base if isinstance(v.base, np.ndarray) else v
