@@ -255,6 +255,10 @@ VALUE_DOCS["framework"] = {
     "jax": "jax arrays",
     "tensorflow": "tensorflow tensors",
 }
+VALUE_DOCS["reference_framework"] = {
+    "numpy": "float64 numpy arrays",
+    "pytorch": "float64 torch tensors on the CPU (what backward validation differentiates)",
+}
 VALUE_DOCS["invariant"] = {
     "shape_preserved": "the output has the shape of the first input",
     "non_negative": "no element below zero",
@@ -285,7 +289,7 @@ ENUM_VALUES: dict[str, tuple[tuple[str, ...], str | None]] = {
     "sign": (SIGNS, "sign"),
     "call": (CALL_STYLES, "call"),
     "reference_call": (CALL_STYLES, "call"),
-    "reference_framework": (REFERENCE_FRAMEWORKS, "framework"),
+    "reference_framework": (REFERENCE_FRAMEWORKS, "reference_framework"),
     "cost": (COSTS, None),
 }
 BOOL_KEYS = frozenset(
