@@ -480,20 +480,18 @@ def _extern(symbol: str, args: list[Any], ret_type: Any, handle: Any, interp: An
             f"libdevice function {symbol} has no implementation under Triton's CPU interpreter (gpuemu-ls computes "
             f"{len(_LIBDEVICE)} of them there); run this op on a GPU, or write it with triton.language math"
         )
-    wide = [_bf16_to_f32(a.data) if np.asarray(a.data).dtype == np.uint16 else np.asarray(a.data) for a in args]
-    with np.errstate(all="ignore"):
-        out = np.asarray(fn(*(np.asarray(w, dtype=np.float64) for w in wide)))
-    target = interp._get_np_dtype(ret_type)
-    scalar = getattr(ret_type, "scalar", ret_type)
-    if out.dtype == np.bool_ or target == np.bool_:
-        return handle(out.astype(target), scalar)
     import triton.language as tl
 
-    if scalar == tl.bfloat16:
+    def is_bf16(a: Any) -> bool:
+        return getattr(a.dtype, "scalar", a.dtype) == tl.bfloat16 and np.asarray(a.data).dtype == np.uint16
+
+    wide = [_bf16_to_f32(a.data) if is_bf16(a) else np.asarray(a.data) for a in args]
+    with np.errstate(all="ignore"):
+        out = np.asarray(fn(*(np.asarray(w, dtype=np.float64) for w in wide)))
+    scalar = getattr(ret_type, "scalar", ret_type)
+    if scalar == tl.bfloat16 and out.dtype != np.bool_:
         return handle(_f32_to_bf16(out), scalar)
-    if np.issubdtype(target, np.integer):
-        return handle(out.astype(target), scalar)
-    return handle(out.astype(target), scalar)
+    return handle(out.astype(interp._get_np_dtype(ret_type)), scalar)
 
 
 def _patch_libdevice(interp: Any) -> None:
