@@ -56,6 +56,7 @@ from .engine.report.results import (
 )
 from .engine.report.slow import SLOW_DEFAULT, render_slow, slow_cases
 from .engine.run.cpus import resolve_jobs
+from .engine.run.frameworks import torch_build_note
 from .engine.run.validate import RunOptions, plan_op, replay_spec, run_validation
 from .engine.store.db import Store, StoreError, store_path
 from .engine.tools.calibrate import CalibrationRefused, calibrate, write_tolerances
@@ -310,6 +311,10 @@ def cmd_test(args: argparse.Namespace) -> int:
     if not cfg.ops:
         print(f"{cfg.path}: no [[ops]] to validate", file=sys.stderr)
         return EXIT_FAIL
+    if any(o.framework == "pytorch" or o.reference_framework == "pytorch" for o in cfg.ops):
+        note = torch_build_note()
+        if note:
+            print(note, file=sys.stderr)
     return _run_and_report(cfg, args, options)
 
 

@@ -188,3 +188,21 @@ def test_tensorflow_inputs_and_outputs_with_bf16() -> None:
     assert first.ctypes.data == second.ctypes.data  # both views of the tensor's own buffer (DLPack)
     assert a.to_numpy(tf.Variable([1.0, 2.0])).tolist() == [1.0, 2.0]
     assert framework_of(z) == "tensorflow"
+
+
+@pytest.mark.parametrize(
+    ("version", "requires", "gpu", "noted"),
+    [
+        ("2.13.0+cpu", [], False, False),  # the CPU build
+        ("2.13.0+cu126", [], False, True),  # a CUDA wheel from the PyTorch index
+        ("2.13.0", ["nvidia-cuda-runtime-cu12==12.6.77"], False, True),  # PyPI's default Linux wheel
+        ("2.13.0", ["nvidia-cuda-runtime-cu12==12.6.77"], True, False),  # a GPU to use it on
+        ("2.13.0", ["filelock"], False, False),  # macOS/Windows wheels: no CUDA
+    ],
+)
+def test_a_cuda_build_of_torch_without_a_gpu_is_noted(version: str, requires: list, gpu: bool, noted: bool) -> None:
+    from gpuemu_ls.engine.run.frameworks import TORCH_CPU_INDEX, torch_build_note
+
+    note = torch_build_note(version, requires, gpu)
+    assert bool(note) == noted, note
+    assert not note or (version in note and TORCH_CPU_INDEX in note)

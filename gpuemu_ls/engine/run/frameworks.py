@@ -265,6 +265,32 @@ _CACHE: dict[tuple[str, str | None], Adapter] = {}
 _EXTRA_PACKAGES = {"torch": "'torch>=2.3'", "jax": "'jax>=0.4.30' 'jaxlib>=0.4.30'", "tensorflow": "'tensorflow>=2.16'"}
 
 
+#: Where torch's CPU build comes from (pip cannot pick it from package metadata).
+TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+
+
+def torch_build_note(version: str | None = None, requires: list[str] | None = None, gpu: bool | None = None) -> str:
+    """A note when the installed torch is a CUDA build on a machine without an NVIDIA GPU ('' otherwise), read
+    from package metadata without importing torch: pip installs the CUDA build by default, gigabytes of CUDA
+    libraries that run nothing here. ``version``, ``requires`` and ``gpu`` default to what this machine has."""
+    import importlib.metadata as metadata
+
+    try:
+        version = version if version is not None else metadata.version("torch")
+        requires = requires if requires is not None else list(metadata.distribution("torch").requires or [])
+    except metadata.PackageNotFoundError:
+        return ""
+    gpu = gpu if gpu is not None else os.path.exists("/proc/driver/nvidia/version")
+    local = version.partition("+")[2]
+    cuda = local.startswith("cu") or (not local and any(r.startswith("nvidia-") for r in requires))
+    if not cuda or gpu:
+        return ""
+    return (
+        f"note: torch {version} is a CUDA build on a machine without an NVIDIA GPU; ops run on the CPU all the "
+        f"same, and its CPU build is gigabytes smaller: pip install torch --index-url {TORCH_CPU_INDEX}"
+    )
+
+
 def get_adapter(framework: str, device: str | None = None) -> Adapter:
     """The adapter for a framework name (cached per device); ImportError says which extra to install."""
     if framework == "numpy":
@@ -345,4 +371,5 @@ __all__ = [
     "framework_of",
     "get_adapter",
     "to_numpy_any",
+    "torch_build_note",
 ]
