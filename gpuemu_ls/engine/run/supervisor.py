@@ -187,9 +187,16 @@ class Worker:
         raise WorkerLost("crash", phase, f"the process {how} during the {phase}", tail)
 
     def setup(
-        self, root: Path, op: OpConfig, validation: ValidationConfig, timeout: float, calibration: bool = False
+        self,
+        root: Path,
+        op: OpConfig,
+        validation: ValidationConfig,
+        timeout: float,
+        calibration: bool = False,
+        threads: int | None = None,
     ) -> dict[str, Any]:
-        self.conn.send(("setup", str(root), op, validation, str(root), calibration))
+        """Load ``op`` in the worker; ``threads``: intra-op threads its framework may use (None: its default)."""
+        self.conn.send(("setup", str(root), op, validation, str(root), calibration, threads))
         msg = self._recv(timeout, ["setup"])
         if msg[0] == "setup_error":
             raise SetupFailed(msg[1])

@@ -32,6 +32,7 @@ from ..oracle.outcome import CaseResult, OpOutcome, not_judged_reason, op_status
 from ..store.db import Store
 from .budgeted import BudgetedOp, allocate, full_estimate, resolve, work_cut
 from .confirm import make_probe
+from .cpus import available_cpus
 from .runners import is_library
 from .supervisor import Cancelled, SetupFailed, Worker, WorkerLost
 from .worker import CASE_MARK
@@ -164,6 +165,9 @@ class _Workers:
         self.local = threading.local()
         self.all: list[Worker] = []
         self.lock = threading.Lock()
+        #: intra-op threads each worker's framework may use: the machine's cores shared by the workers at once
+        #: (torch's default, every core per worker, oversubscribes them: spin-waiting threads, many times slower)
+        self.threads: int | None = None
 
     def get(self) -> Worker:
         w: Worker | None = getattr(self.local, "worker", None)
@@ -211,7 +215,14 @@ def run_op(
     def ready_worker() -> Worker:
         w = workers.get()
         if w.op_name != op.name:
-            w.setup(config.root, op, config.validation, timeout, calibration=options.mode == "calibrate")
+            w.setup(
+                config.root,
+                op,
+                config.validation,
+                timeout,
+                calibration=options.mode == "calibrate",
+                threads=workers.threads,
+            )
         return w
 
     window = 1 if options.fail_fast else PIPELINE
@@ -435,6 +446,7 @@ def run_validation(
             command=options.command,
         )
     workers = _Workers(config, options.cancel)
+    workers.threads = max(1, available_cpus() // max(1, options.jobs))
     store_lock = threading.Lock()
 
     jobs = max(1, options.jobs)

@@ -39,6 +39,17 @@ def build_context(root: Path, op: OpConfig, validation: ValidationConfig) -> Cas
     return CaseContext(root, op, validation, op_runner, ref_runner, triton_patch=True)
 
 
+def _share_cores(threads: int | None) -> None:
+    """Let the op's framework use ``threads`` intra-op threads (the cores this worker's share): torch's default
+    of every core per worker makes two workers on two cores spin against each other."""
+    torch = sys.modules.get("torch")
+    if threads and torch is not None and hasattr(torch, "set_num_threads"):
+        try:
+            torch.set_num_threads(threads)
+        except Exception:  # a stub or a broken torch: its own default stands
+            pass
+
+
 def _kill_own_group(_signum: int, _frame: object) -> None:
     contain.kill_descendants(os.getpid())  # what the op started, setsid or not (this worker is their subreaper)
     os.killpg(0, signal.SIGKILL)  # this worker leads its process group: it and whatever the op started
@@ -136,12 +147,13 @@ def serve(conn: Connection) -> None:
         if tag == "exit":
             return
         if tag == "setup":
-            _, root, op, validation, cwd, calibration = msg
+            _, root, op, validation, cwd, calibration, threads = msg
             contain.kill_descendants(os.getpid())  # what the previous op left running ends with it
             try:
                 os.chdir(cwd)
                 ctx = build_context(Path(root), op, validation)
                 ctx.calibration = calibration
+                _share_cores(threads)
                 timeout = op.timeout or validation.timeout
                 cpu_seconds = timeout * max(1, os.cpu_count() or 1) + 1.0
                 watchdog = max(0.05, 0.9 * timeout)
