@@ -26,7 +26,7 @@ import numpy as np
 from .. import dtypes as dt
 from ..cases.rng import Stream
 from .frameworks import get_adapter
-from .runners import CallableRunner, CallError, Runner, as_outputs, load_callable
+from .runners import CallableRunner, CallError, Runner, as_outputs, load_callable, named_values
 
 #: What an upstream gradient is drawn from (finite only; never ``masked_rows``/``special``, never only ones).
 UPSTREAM_DISTRIBUTIONS = ("normal", "uniform", "small", "wide", "zeros", "sparse", "row_constant", "varying")
@@ -109,9 +109,6 @@ class GradRunner(Runner):
         return self.upstream.for_op(name, like.shape, like.dtype)
 
     def call(self, inputs: dict[str, np.ndarray], kwargs: dict[str, Any]) -> dict[str, np.ndarray]:
-        return self._call_torch(inputs, kwargs)
-
-    def _call_torch(self, inputs: dict[str, np.ndarray], kwargs: dict[str, Any]) -> dict[str, np.ndarray]:
         torch = self.adapter.torch  # type: ignore[attr-defined]
         args, backs, leaves = [], [], []
         for name in self.inner.order:
@@ -125,7 +122,7 @@ class GradRunner(Runner):
         try:
             with torch.enable_grad():
                 value = self.inner.invoke(args, kwargs)
-                named = _named(value)
+                named = dict(named_values(value))
                 forward = {n: self.adapter.to_numpy(t) for n, t in named.items()}
                 pairs = [(t, n) for n, t in named.items() if isinstance(t, torch.Tensor) and t.requires_grad]
                 if not pairs:
@@ -144,7 +141,7 @@ class GradRunner(Runner):
         finally:
             for back in backs:
                 back()
-        out = as_outputs({n: t for n, t in named.items()}, self.adapter, self.who)
+        out = as_outputs(named, self.adapter, self.who)
         for name, leaf, g in zip(self.grad_order(), leaves, grads):
             out[GRAD_PREFIX + name] = (
                 self.adapter.to_numpy(g) if g is not None else np.zeros(leaf.shape, self.adapter.to_numpy(leaf).dtype)
@@ -167,15 +164,6 @@ class GradRunner(Runner):
         return self.inner.call_error(exc)
 
 
-def _named(value: Any) -> dict[str, Any]:
-    """The forward outputs by name, as :func:`as_outputs` names them (``result``, ``result0..``, a dict's keys)."""
-    if isinstance(value, dict):
-        return {str(k): v for k, v in value.items()}
-    if isinstance(value, (tuple, list)):
-        return {f"result{i}": v for i, v in enumerate(value)}
-    return {"result": value}
-
-
 class ReferenceGradRunner(CallableRunner):
     """A numpy float64 reference with ``reference_grad``: the forward from the reference, the input gradients
     from ``reference_grad(*inputs, *upstreams)`` (upstreams in forward-output order), which returns them in
@@ -186,6 +174,7 @@ class ReferenceGradRunner(CallableRunner):
     ) -> None:
         super().__init__(root, ref, order, get_adapter("numpy"), "reference", call)
         self.grad = grad
+        self.grad_order = [n for n in order if n in grad]  # the differentiated inputs in call order
         self.grad_fn: Callable[..., Any] = load_callable(root, grad_ref)
         self.upstream: Upstream | None = None
 
@@ -201,9 +190,9 @@ class ReferenceGradRunner(CallableRunner):
         if isinstance(value, dict):
             got = {n.removeprefix(GRAD_PREFIX) if n.startswith(GRAD_PREFIX) else n: v for n, v in value.items()}
         elif isinstance(value, (tuple, list)) and len(self.grad) > 1:
-            got = dict(zip([n for n in self.order if n in self.grad], value))
+            got = dict(zip(self.grad_order, value))
         else:
-            got = {next(n for n in self.order if n in self.grad): value}
+            got = {self.grad_order[0]: value}
         missing = [n for n in self.grad if n not in got]
         if missing:
             raise CallError("bad_output", f"reference_grad returned no gradient for {', '.join(missing)}")

@@ -119,17 +119,9 @@ def as_outputs(value: Any, adapter: Adapter, who: str, *, none_ok: bool = False)
     None is no outputs when ``none_ok`` (an in-place op whose results are its written inputs)."""
     if value is None and none_ok:
         return {}
-    if isinstance(value, dict):
-        if not value:
-            raise CallError("bad_output", f"{who} returned an empty dict")
-        items = list(value.items())
-    elif isinstance(value, tuple) or (isinstance(value, list) and value and all(map(_is_tensor, value))):
-        # several outputs: a tuple, or a list of arrays; a nested list of numbers is one array
-        if not value:
-            raise CallError("bad_output", f"{who} returned an empty {type(value).__name__}")
-        items = [(f"result{i}", v) for i, v in enumerate(value)]
-    else:
-        items = [("result", value)]
+    items = named_values(value)
+    if not items:
+        raise CallError("bad_output", f"{who} returned an empty {type(value).__name__}")
     out: dict[str, np.ndarray] = {}
     for name, v in items:
         if v is None:
@@ -147,6 +139,16 @@ def as_outputs(value: Any, adapter: Adapter, who: str, *, none_ok: bool = False)
             raise CallError("bad_output", f"{who} returned an array of {arr.dtype} for {name!r}, not numbers")
         out[str(name)] = arr
     return out
+
+
+def named_values(value: Any) -> list[tuple[str, Any]]:
+    """A callable's return value as (name, value) pairs: a dict keeps its names; a tuple, or a list of arrays,
+    is ``result0..``; anything else (an array, a nested list of numbers) is ``result``."""
+    if isinstance(value, dict):
+        return [(str(k), v) for k, v in value.items()]
+    if isinstance(value, tuple) or (isinstance(value, list) and value and all(map(_is_tensor, value))):
+        return [(f"result{i}", v) for i, v in enumerate(value)]
+    return [("result", value)]
 
 
 def _is_tensor(value: Any) -> bool:
