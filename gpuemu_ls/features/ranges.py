@@ -59,17 +59,17 @@ def kernel_header_range(config: Config, index: int) -> lsp.Range:
 
 
 def function_range(file: Path, name: str) -> lsp.Range | None:
-    """The name in ``def name`` (top level), found with ast."""
+    """The name in ``def name`` or ``class name`` (top level), found with ast."""
     found = _defs(str(file), _mtime(file)).get(name)
     if found is None:
         return None
-    line, col, end = found
+    line, col, end, _ = found
     return lsp.Range(lsp.Position(line, col), lsp.Position(line, end))
 
 
 def top_level_functions(file: Path) -> list[str]:
     """The names of a file's top-level functions (what ``module = "file:function"`` can name)."""
-    return list(_defs(str(file), _mtime(file)))
+    return [n for n, (*_, is_class) in _defs(str(file), _mtime(file)).items() if not is_class]
 
 
 def callable_target(root: Path, ref: str) -> tuple[Path, lsp.Range] | None:
@@ -77,7 +77,7 @@ def callable_target(root: Path, ref: str) -> tuple[Path, lsp.Range] | None:
     file = module_file(root, mod)
     if file is None:
         return None
-    rng = function_range(file, func) or lsp.Range(lsp.Position(0, 0), lsp.Position(0, 1))
+    rng = function_range(file, func.split(".", 1)[0]) or lsp.Range(lsp.Position(0, 0), lsp.Position(0, 1))
     return file, rng
 
 
@@ -116,18 +116,19 @@ def _lines(file: str, _mtime: float) -> list[str]:
 
 
 @lru_cache(maxsize=256)
-def _defs(file: str, _mtime: float) -> dict[str, tuple[int, int, int]]:
+def _defs(file: str, _mtime: float) -> dict[str, tuple[int, int, int, bool]]:
+    """Top-level functions and classes (``module = "file:Class.apply"``): line, columns, is a class."""
     lines = _lines(file, _mtime)
     try:
         tree = ast.parse("\n".join(lines))
     except (SyntaxError, ValueError):
         return {}
-    out: dict[str, tuple[int, int, int]] = {}
+    out: dict[str, tuple[int, int, int, bool]] = {}
     for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             line = node.lineno - 1
             text = lines[line] if line < len(lines) else ""
             col = text.find(node.name, node.col_offset)
             col = col if col >= 0 else node.col_offset
-            out[node.name] = (line, col, col + len(node.name))
+            out[node.name] = (line, col, col + len(node.name), isinstance(node, ast.ClassDef))
     return out

@@ -361,6 +361,22 @@ def test_function_checked_with_ast_without_importing(workspace, tmp_path: Path) 
     assert not marker.exists() and "explodes" not in sys.modules
 
 
+def test_an_attribute_of_a_top_level_class_is_a_callable_ref(workspace) -> None:
+    """``module = "file:Class.apply"``: a library's autograd Function, checked by its class name (ast)."""
+    mod = "class Softmax:\n    @staticmethod\n    def apply(x):\n        return x\n\n\ndef reference(x):\n"
+    mod += "    return x\n"
+    good = OP_HEAD.replace("ops:softmax", "fns:Softmax.apply").replace("ops:", "fns:")
+    root = workspace(good, {"fns.py": mod})
+    assert load_config(root).op("a").module == "fns:Softmax.apply"
+    bad = good.replace("fns:Softmax.apply", "fns:Softmx.apply")
+    (root / "gpuemu.toml").write_text(bad)
+    p = only(root)
+    assert p.message == "fns.py defines no 'Softmx'" and p.hint == "did you mean 'Softmax'?"
+    for malformed in ("fns:Softmax.", "fns:Softmax..apply", "fns:1x.apply"):
+        (root / "gpuemu.toml").write_text(good.replace("fns:Softmax.apply", malformed))
+        assert "is not 'module:function'" in only(root).message, malformed
+
+
 def test_duplicate_op_name_hint_names_first_line(workspace) -> None:
     text = OP_HEAD + OP_HEAD
     p = only(workspace(text, {"ops.py": OPS_PY}))

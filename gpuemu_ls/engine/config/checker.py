@@ -923,8 +923,9 @@ class _Checker:
         if ":" not in ref:
             self.problem(path, f"{what} {ref!r} must be 'module:function'", f'e.g. "{ref}:my_function"')
             return
-        mod, func = ref.split(":", 1)
-        if not mod or not func or not all(p.isidentifier() for p in mod.split(".")) or not func.isidentifier():
+        mod, attr = ref.split(":", 1)
+        func = attr.split(".", 1)[0]  # "mod:Class.apply" names an attribute of a top-level name
+        if not mod or not attr or not all(p.isidentifier() for p in (*mod.split("."), *attr.split("."))):
             self.problem(path, f"{what} {ref!r} is not 'module:function'", 'e.g. "softmax:softmax_kernel"')
             return
         root = self.path.parent

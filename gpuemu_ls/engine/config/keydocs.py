@@ -82,7 +82,8 @@ TABLES: dict[tuple[str, ...], dict[str, str]] = {
     },
     ("ops",): {
         "name": "Unique op name.",
-        "module": 'The op under test, called in process: "module:function" (workspace root on sys.path).',
+        "module": 'The op under test, called in process: "module:function", or "module:Class.apply" for an '
+        "autograd Function (workspace root on sys.path).",
         "reference": 'The float64 reference: a script path (JSON protocol) or "module:function".',
         "op_script": 'The op as a protocol script (with execution_mode = "script_based").',
         "execution_mode": "How the op runs (default: in_process, or script_based with op_script).",

@@ -61,7 +61,7 @@ def callable_location(root: Path, ref: str) -> Location | None:
     if file is None:
         return None
     names = top_level_names(file) or {}
-    return Location(file, names.get(func, 1))
+    return Location(file, names.get(func.split(".", 1)[0], 1))  # "Class.apply": the class
 
 
 def op_source(config: Config, op: OpConfig) -> Location | None:

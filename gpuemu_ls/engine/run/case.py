@@ -48,6 +48,10 @@ FAILURE_KINDS = (
     "invariant",
 )
 SENSITIVITY_RUNS = 2
+#: Working-precision evaluations at nearby points (beyond the plain one), each judged against the float64
+#: reference at its own point: far enough (relative 2**-12) that every intermediate rounds differently.
+WORKING_RUNS = 3
+WORKING_EPS = 2.0**-12
 #: How far an element's measured sensitivity may be raised towards its row's typical one (a factor of its own).
 ROW_POOL_FACTOR = 4.0
 
@@ -130,6 +134,7 @@ def run_case(
         kind = f"{who}_{exc.kind}" if exc.kind != "raised" else f"{who}_error"
         return fail("error", kind, exc.message, file=exc.file, line=exc.line, stderr=exc.stderr)
 
+    upstream: Upstream | None = None
     if op.grad:  # backward validation: one draw of upstream gradients per case, shared by op and reference
         upstream = Upstream(op.name, spec.seed)
         for runner in (ctx.op_runner, ctx.ref_runner):
@@ -196,7 +201,9 @@ def run_case(
     # each extra reference run happens at most once per case, and only if some output needs it
     sensitivities = functools.cache(lambda: _sensitivity(ctx, spec, ref_inputs, ref_out, eps))
     magnitudes = functools.cache(lambda: _magnitude(ctx, ref_inputs))
-    workings = functools.cache(lambda: _working(ctx, spec, inputs.logical, ref_inputs, ref_out, ref_overflowed))
+    workings = functools.cache(
+        lambda: _working(ctx, spec, inputs.logical, ref_inputs, ref_out, ref_overflowed, upstream)
+    )
     nears = functools.cache(lambda: _near_range(ctx, spec, inputs.logical, ref_inputs))
     facts, result.features["input_max"] = case_facts(inputs.logical, op)
     result.features.update(input_features(inputs.logical, op.output_dtype or spec.dtype))
@@ -621,27 +628,59 @@ def _working(
     ref_inputs: dict[str, np.ndarray],
     ref_out: dict[str, np.ndarray],
     ref_overflowed: bool,
+    upstream: Upstream | None = None,
 ) -> dict[str, Working]:
     """The reference evaluated in the working precision, per output (empty when it cannot be).
 
     For 16- and 32-bit cases the reference runs on the inputs in float32, the precision a correct
-    kernel computes in: where that evaluation overflows, so must a straightforward correct kernel. For
-    float64 cases the reference is itself the working evaluation; where it overflowed, it is compared
-    with an evaluation in long double (wider exponent range) when the reference runs in process.
+    kernel computes in: where that evaluation overflows, so must a straightforward correct kernel. It
+    also runs at ``WORKING_RUNS`` nearby points (float inputs and upstream gradients moved by relative
+    ``WORKING_EPS``), in float32 and in float64, and each element's largest rounding error over all of
+    them (float32 against float64 at the same point) is its ``spread``: one evaluation rounds a shared
+    intermediate (a row's mean, a gradient's row sums) one way, and its error lands on the element where
+    that way happens to cancel, not where another correct ordering would put it. Where the row shares
+    intermediates (``_row_coupled``), each element gets its row's largest.
+
+    For float64 cases the reference is itself the working evaluation; where it overflowed, it is
+    compared with an evaluation in long double (wider exponent range) when the reference runs in process.
     """
     if spec.dtype != "float64":
-        work_inputs = {
-            n: np.asarray(a, dtype=np.float32)
-            if (a.dtype.kind == "f" and a.dtype.itemsize <= 4) or a.dtype.name == "bfloat16"
-            else ref_inputs[n]
+        narrow = {
+            n
             for n, a in logical.items()
+            if (a.dtype.kind == "f" and a.dtype.itemsize <= 4) or a.dtype.name == "bfloat16"
         }
+        # from the reference's inputs (exact in float64): an in-place op has written over its logical arrays
+        work_inputs = {n: np.asarray(a, dtype=np.float32) if n in narrow else a for n, a in ref_inputs.items()}
         try:
             with np.errstate(invalid="ignore", divide="ignore", under="ignore"):
                 out, overflowed = call_flagged(ctx.ref_runner, work_inputs, dict(ctx.op.kwargs))
         except CallError:
             return {}
-        return {n: Working(_as_float64(v), overflowed) for n, v in out.items() if n in ref_out}
+        found = {n: Working(_as_float64(v), overflowed) for n, v in out.items() if n in ref_out}
+        spread = {n: _distance(w.values, ref_out[n]) for n, w in found.items()}
+        for run in range(WORKING_RUNS):
+            # a nearby point, exact in float32: the reference there in float32 and in float64, whose difference is
+            # the rounding alone (the distance between the points is sensitivity, which the kernel is not owed)
+            moved = _perturbed(spec, {n: ref_inputs[n] for n in narrow}, WORKING_EPS, run)
+            moved32 = {n: np.asarray(a, dtype=np.float32) for n, a in moved.items()}
+            moved64 = {**ref_inputs, **{n: a.astype(np.float64) for n, a in moved32.items()}}
+            jitter = upstream.jittered(WORKING_EPS, run) if upstream is not None else contextlib.nullcontext()
+            try:
+                with jitter, np.errstate(all="ignore"):
+                    low = ctx.ref_runner.call({**work_inputs, **moved32}, dict(ctx.op.kwargs))
+                    high = ctx.ref_runner.call(moved64, dict(ctx.op.kwargs))
+            except CallError:
+                break
+            for n, d in spread.items():
+                if d is not None and n in high:
+                    spread[n] = np.fmax(d, _distance(low.get(n), high[n]))
+        for n in _row_coupled(ctx, ref_inputs, {n: ref_out[n] for n, d in spread.items() if d is not None}):
+            d = spread[n]
+            assert d is not None
+            with np.errstate(invalid="ignore"):  # a row's shared intermediates round onto any of its elements
+                spread[n] = np.fmax(d, np.nanmax(np.where(np.isnan(d), -np.inf, d), axis=-1, keepdims=True))
+        return {n: Working(w.values, w.overflowed, spread=spread[n]) for n, w in found.items()}
     if not ref_overflowed:
         return {}
     wider: dict[str, np.ndarray] = {}
@@ -660,6 +699,51 @@ def _working(
         n: Working(np.asarray(v, dtype=np.float64), True, wider.get(n) if _float_like(wider.get(n)) else None)
         for n, v in ref_out.items()
     }
+
+
+def _row_coupled(ctx: CaseContext, ref_inputs: dict[str, np.ndarray], ref_out: dict[str, np.ndarray]) -> set[str]:
+    """The outputs whose rows (last axis) share intermediates: moving one input element (the last of each
+    float input) moves two or more elements of one row (a norm's mean, a softmax's sum, a gradient's row
+    sums), not one (an elementwise op; a row reduction whose outputs each read their own row). Bitwise: the
+    float64 reference of an element that does not read the moved values is the same computation on the
+    same values."""
+    wide = {n: o for n, o in ref_out.items() if o.ndim and o.shape[-1] > 1 and _float_like(o)}
+    if not wide:
+        return set()
+    moved = {}
+    for name, arr in ref_inputs.items():
+        if arr.dtype == np.float64 and arr.size:
+            arr = arr.copy()
+            flat = arr.reshape(-1)
+            flat[-1] = flat[-1] * (1.0 + 2.0**-10) if flat[-1] != 0 else 2.0**-10
+        moved[name] = arr
+    try:
+        with np.errstate(all="ignore"):
+            out = ctx.ref_runner.call(moved, dict(ctx.op.kwargs))
+    except CallError:
+        return set()
+    coupled = set()
+    for n, ref in wide.items():
+        got = out.get(n)
+        if got is None or got.shape != ref.shape:
+            continue
+        a, b = np.asarray(got, dtype=np.float64), np.asarray(ref, dtype=np.float64)
+        changed = (a != b) & ~(np.isnan(a) & np.isnan(b))
+        if changed.reshape(-1, ref.shape[-1]).sum(axis=1).max() >= 2:
+            coupled.add(n)
+    return coupled
+
+
+def _distance(values: np.ndarray | None, ref: np.ndarray) -> np.ndarray | None:
+    """|values - ref| per element in float64, NaN where either is not finite; None when the shapes differ."""
+    if values is None or np.shape(values) != np.shape(ref):
+        return None
+    v, r = _as_float64(np.asarray(values)), _as_float64(np.asarray(ref))
+    if v.dtype.kind != "f" or r.dtype.kind != "f":
+        return None
+    with np.errstate(invalid="ignore", over="ignore"):
+        d = np.abs(v - r)
+    return np.where(np.isfinite(d), d, np.nan)
 
 
 def _near_range(

@@ -17,7 +17,8 @@ output: compared, tiered, diagnosed, stored and replayed like any other.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,17 @@ class Upstream:
         self.seed = seed
         self.drawn: dict[str, np.ndarray] = {}
         self.kinds: dict[str, str] = {}
+        self.jitter: tuple[float, int] | None = None  # (eps, run): the reference's draws moved by up to eps
+
+    @contextlib.contextmanager
+    def jittered(self, eps: float, run: int) -> Iterator[None]:
+        """The reference's upstream gradients moved by relative amounts up to ``eps`` (random, per element, the
+        same on every machine) while inside: the working-precision evaluations of run.case move every input."""
+        self.jitter = (eps, run)
+        try:
+            yield
+        finally:
+            self.jitter = None
 
     def for_op(self, name: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
         got = self.drawn.get(name)
@@ -57,8 +69,13 @@ class Upstream:
     def for_reference(self, name: str, shape: tuple[int, ...]) -> np.ndarray:
         got = self.drawn.get(name)
         if got is None or got.shape != shape:
-            return self._draw(name, shape, np.dtype(np.float64)).astype(np.float64)
-        return got.astype(np.float64)
+            got = self._draw(name, shape, np.dtype(np.float64))
+        values = got.astype(np.float64)
+        if self.jitter is not None and values.size:
+            eps, run = self.jitter
+            u = 2.0 * Stream("sensitivity", self.op, self.seed, f"upstream:{name}", run).uniform(values.size) - 1.0
+            values = values * (1.0 + eps * u.reshape(values.shape))
+        return values
 
     def _draw(self, name: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
         stream = Stream("upstream", self.op, self.seed, name)

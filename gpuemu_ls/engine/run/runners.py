@@ -83,7 +83,8 @@ def _exception_text(exc: BaseException, limit: int = 12) -> str:
 
 
 def load_callable(root: Path, ref: str) -> Callable[..., Any]:
-    """Import ``module:function`` with the workspace root first on sys.path."""
+    """Import ``module:function`` (or ``module:Class.apply``, an autograd Function as a library defines it)
+    with the workspace root first on sys.path."""
     mod_name, func_name = ref.split(":", 1)
     root_s = str(root)
     if root_s not in sys.path:
@@ -103,12 +104,17 @@ def load_callable(root: Path, ref: str) -> Callable[..., Any]:
             file,
             line,
         ) from None
-    try:
-        fn = getattr(module, func_name)
-    except AttributeError:
-        raise CallError(
-            "import", f"module {mod_name!r} has no attribute {func_name!r}", getattr(module, "__file__", None)
-        ) from None
+    fn: Any = module
+    for depth, part in enumerate(func_name.split(".")):
+        try:
+            fn = getattr(fn, part)
+        except AttributeError:
+            owner = repr(mod_name) if depth == 0 else repr(".".join(func_name.split(".")[:depth]))
+            raise CallError(
+                "import",
+                f"{'module ' if depth == 0 else ''}{owner} has no attribute {part!r}",
+                getattr(module, "__file__", None),
+            ) from None
     if not callable(fn):
         raise CallError("import", f"{ref} is a {type(fn).__name__}, not a function", getattr(module, "__file__", None))
     return fn

@@ -316,7 +316,9 @@ def load(ref):
         mod = importlib.import_module(module)
     except ImportError as exc:
         sys.exit(print(f"cannot run this reproduction: importing {module!r}: {exc}", file=sys.stderr) or 2)
-    return getattr(mod, func)
+    for part in func.split("."):  # "Class.apply": an autograd Function
+        mod = getattr(mod, part)
+    return mod
 
 
 def named_outputs(value):
