@@ -278,11 +278,11 @@ class _Checker:
             )
         project = raw.get("project") if isinstance(raw.get("project"), dict) else {}
         framework = op.get("framework", project.get("framework", "numpy"))
-        if framework != "pytorch":
+        if framework not in ("pytorch", "jax"):
             self.problem(
                 key,
-                f'{self.dotted(key)} needs framework = "pytorch" (the op runs forward and backward '
-                f"under torch.autograd); this op's framework is {framework!r}",
+                f'{self.dotted(key)} needs framework = "pytorch" or "jax" (the op runs forward and backward '
+                f"under torch.autograd or jax.vjp); this op's framework is {framework!r}",
             )
         if "reference_grad" not in op and op.get("reference_framework", "numpy") != "pytorch":
             self.problem(

@@ -136,7 +136,7 @@ def run_case(
 
     upstream: Upstream | None = None
     if op.grad:  # backward validation: one draw of upstream gradients per case, shared by op and reference
-        upstream = Upstream(op.name, spec.seed)
+        upstream = Upstream(op.name, spec.seed, op.outputs)
         for runner in (ctx.op_runner, ctx.ref_runner):
             if hasattr(runner, "upstream"):
                 runner.upstream = upstream

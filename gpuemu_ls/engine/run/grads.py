@@ -42,9 +42,13 @@ class Upstream:
     the reference gets those values in float64. A reference whose output has another shape gets a fresh
     draw of its own shape (the forward comparison then fails on the shape anyway)."""
 
-    def __init__(self, op: str, seed: int) -> None:
+    def __init__(self, op: str, seed: int, outputs: tuple[str, ...] = ()) -> None:
         self.op = op
         self.seed = seed
+        # a runner names its outputs result/result0.. before they are renamed to the op's ``outputs``: each draw
+        # is keyed by the final name, the one a stored failure and a standalone reproduction know it by
+        positional = ["result"] if len(outputs) == 1 else [f"result{i}" for i in range(len(outputs))]
+        self.aliases = dict(zip(positional, outputs))
         self.drawn: dict[str, np.ndarray] = {}
         self.kinds: dict[str, str] = {}
         self.jitter: tuple[float, int] | None = None  # (eps, run): the reference's draws moved by up to eps
@@ -78,6 +82,7 @@ class Upstream:
         return values
 
     def _draw(self, name: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        name = self.aliases.get(name, name)
         stream = Stream("upstream", self.op, self.seed, name)
         kind = stream.choice(UPSTREAM_DISTRIBUTIONS)
         self.kinds.setdefault(name, kind)
@@ -181,6 +186,53 @@ class GradRunner(Runner):
         return self.inner.call_error(exc)
 
 
+class JaxGradRunner(Runner):
+    """A JAX op, ``inner``, differentiated through ``jax.vjp`` with the case's upstream gradients (its cotangent
+    in the structure the op returns: one array, a tuple, or a dict)."""
+
+    def __init__(self, inner: CallableRunner, grad: tuple[str, ...]) -> None:
+        self.inner = inner
+        self.where = inner.where
+        self.adapter = inner.adapter
+        self.who = inner.who
+        self.grad = grad
+        self.upstream: Upstream | None = None
+
+    def call(self, inputs: dict[str, np.ndarray], kwargs: dict[str, Any]) -> dict[str, np.ndarray]:
+        assert self.upstream is not None, "the case sets the upstream gradients before calling"
+        jax = self.adapter.jax  # type: ignore[attr-defined]
+        args = [self.adapter.place(inputs[name])[0] for name in self.inner.order]
+        at = [i for i, name in enumerate(self.inner.order) if name in self.grad]
+
+        def forward(*diff: Any) -> Any:
+            full = list(args)
+            for i, d in zip(at, diff):
+                full[i] = d
+            return self.inner.invoke(full, kwargs)
+
+        try:
+            value, vjp = jax.vjp(forward, *(args[i] for i in at))
+            named = dict(named_values(value))
+            ups = {
+                n: self.upstream.for_op(n, tuple(np.shape(t)), self.adapter.to_numpy(t).dtype) for n, t in named.items()
+            }
+            if isinstance(value, dict):
+                cotangent: Any = {k: self.adapter.place(ups[str(k)])[0] for k in value}
+            elif isinstance(value, (tuple, list)):
+                cotangent = type(value)(self.adapter.place(ups[f"result{i}"])[0] for i in range(len(value)))
+            else:
+                cotangent = self.adapter.place(ups["result"])[0]
+            grads = self.adapter.synchronize(vjp(cotangent))
+        except CallError:
+            raise
+        except BaseException as exc:  # SystemExit and KeyboardInterrupt from user code are results too
+            raise self.inner.call_error(exc) from None
+        out = as_outputs(value, self.adapter, self.who)
+        for name, g in zip([n for n in self.inner.order if n in self.grad], grads):
+            out[GRAD_PREFIX + name] = self.adapter.to_numpy(g)
+        return out
+
+
 class ReferenceGradRunner(CallableRunner):
     """A numpy float64 reference with ``reference_grad``: the forward from the reference, the input gradients
     from ``reference_grad(*inputs, *upstreams)`` (upstreams in forward-output order), which returns them in
@@ -223,4 +275,12 @@ def grad_names(grad: tuple[str, ...]) -> list[str]:
     return [GRAD_PREFIX + n for n in grad]
 
 
-__all__ = ["GRAD_PREFIX", "UPSTREAM_DISTRIBUTIONS", "GradRunner", "ReferenceGradRunner", "Upstream", "grad_names"]
+__all__ = [
+    "GRAD_PREFIX",
+    "UPSTREAM_DISTRIBUTIONS",
+    "GradRunner",
+    "JaxGradRunner",
+    "ReferenceGradRunner",
+    "Upstream",
+    "grad_names",
+]

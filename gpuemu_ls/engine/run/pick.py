@@ -11,7 +11,7 @@ import numpy as np
 
 from ..config.model import OpConfig
 from .frameworks import get_adapter
-from .grads import GradRunner, ReferenceGradRunner
+from .grads import GradRunner, JaxGradRunner, ReferenceGradRunner
 from .runners import CallableRunner, Runner, ScriptRunner
 
 
@@ -42,7 +42,7 @@ def op_runner(
         adapter = get_adapter(framework or op.framework, device)
         if op.grad:
             inner = CallableRunner(root, module(op.module), op.input_names, adapter, "op", op.call)
-            runner = GradRunner(inner, op.grad)
+            runner = JaxGradRunner(inner, op.grad) if hasattr(adapter, "jax") else GradRunner(inner, op.grad)
         else:
             runner = CallableRunner(
                 root, module(op.module), op.input_names, adapter, "op", op.call, op.inplace, op.requires_grad

@@ -69,7 +69,7 @@ def upstreams(op: OpConfig, spec: CaseSpec, result: CaseResult | None) -> dict[s
     ``__upstream__<output>``: the same draw (op, seed, output) the engine made, at the output's shape."""
     if not op.grad or result is None:
         return {}
-    draw = Upstream(op.name, spec.seed)
+    draw = Upstream(op.name, spec.seed, op.outputs)
     grads = set(grad_names(op.grad))
     out = {}
     for c in result.comparisons:
@@ -333,6 +333,8 @@ def call(ref, args, fw, style="positional", inplace=(), upstream=None, requires_
     \"\"\"Call ``ref``; with ``upstream`` (backward validation) also backward through torch's autograd, the
     gradients of the inputs of GRAD being outputs grad_<input>.\"\"\"
     tensors = [fw.tensor(a) for a in args]
+    if upstream is not None and fw.name == "jax":
+        return jax_backward(load(ref), tensors, fw, upstream)
     for i, n in enumerate(INPUT_ORDER):
         if n in requires_grad:  # the op reads requires_grad (a kernel that computes its gradient for training)
             tensors[i] = tensors[i].detach().requires_grad_(True)
@@ -372,6 +374,36 @@ def call(ref, args, fw, style="positional", inplace=(), upstream=None, requires_
         grads = torch.autograd.grad([t for t, _ in pairs], leaves, grad_outputs=ups, allow_unused=True)
         for n, leaf, g in zip([n for n in INPUT_ORDER if n in GRAD], leaves, grads):
             got["grad_" + n] = fw.array(g) if g is not None else np.zeros(leaf.shape, fw.array(leaf).dtype)
+    return got
+
+
+def jax_backward(fn, tensors, fw, upstream):
+    \"\"\"A JAX op forward and, through jax.vjp with the recorded upstream gradients, backward.\"\"\"
+    jax = need("jax", "the op is a JAX op: pip install jax")
+    at = [i for i, n in enumerate(INPUT_ORDER) if n in GRAD]
+
+    def forward(*diff):
+        full = list(tensors)
+        for i, d in zip(at, diff):
+            full[i] = d
+        return fn(*full, **KWARGS)
+
+    value, vjp = jax.vjp(forward, *(tensors[i] for i in at))
+    got = {k: fw.array(v) for k, v in named_outputs(value).items()}
+    final = dict(zip(got, got))  # each output's name as recorded: the op's OUTPUTS for positional ones
+    if OUTPUTS:
+        positional = ["result"] if len(OUTPUTS) == 1 else [f"result{i}" for i in range(len(OUTPUTS))]
+        if list(got) == positional:
+            final = dict(zip(positional, OUTPUTS))
+            got = dict(zip(OUTPUTS, got.values()))
+    if isinstance(value, dict):
+        cotangent = {k: fw.tensor(upstream[final[str(k)]]) for k in value}
+    elif isinstance(value, (tuple, list)):
+        cotangent = type(value)(fw.tensor(upstream[final[f"result{i}"]]) for i in range(len(value)))
+    else:
+        cotangent = fw.tensor(upstream[final["result"]])
+    for n, g in zip([n for n in INPUT_ORDER if n in GRAD], vjp(cotangent)):
+        got["grad_" + n] = fw.array(g)
     return got
 
 
