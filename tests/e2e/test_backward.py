@@ -17,12 +17,13 @@ from pathlib import Path
 
 import pytest
 from kit.cli import gpuemu, jdoc, out
-from kit.ops import op_toml, project_toml
+from kit.ops import SOFTMAX_FUNCTION, op_toml, project_toml
 from kit.workspace import write_ws
 
 pytest.importorskip("torch")
 
-OPS = """
+OPS = (
+    """
 import numpy as np
 import torch
 
@@ -90,34 +91,22 @@ def rmsnorm_np_grad(x, w, g):
     return {"x": rstd * (gxh - xhat * (gxh * xhat).mean(-1, keepdims=True)), "w": (g * xhat).reshape(-1, n).sum(0)}
 
 
-class Softmax(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, bug=False):
-        p = torch.softmax(x.float(), -1)
-        ctx.save_for_backward(p)
-        ctx.bug = bug
-        return p.to(x.dtype)
-
-    @staticmethod
-    def backward(ctx, g):
-        (p,) = ctx.saved_tensors
-        gf = g.float()
-        if ctx.bug:  # forgot the Jacobian's second term: p * g instead of p * (g - sum(g * p))
-            return (p * gf).to(g.dtype), None
-        return (p * (gf - (gf * p).sum(-1, keepdim=True))).to(g.dtype), None
-
+"""
+    + SOFTMAX_FUNCTION
+    + """
 
 def softmax(x):
     return Softmax.apply(x)
 
 
 def softmax_bug(x):
-    return Softmax.apply(x, True)
+    return Softmax.apply(x, "jacobian")
 
 
 def softmax_ref(x):
     return torch.softmax(x, -1)
 """
+)
 
 NORM_INPUTS = {"x": ["B", "N"], "w": ["N"]}
 DIMS = {"B": (1, 16, 4), "N": (1, 160, 64)}
@@ -265,7 +254,7 @@ def test_an_op_autograd_cannot_differentiate_is_a_clear_error(tmp_path: Path, fn
         ("pytorch", {"grad": ["y"], **TORCH_REF}, "names 'y', which is not an input of the op"),
         ("pytorch", {"grad": [], **TORCH_REF}, "is empty"),
         ("numpy", {"grad": ["x"], **TORCH_REF}, 'needs framework = "pytorch"'),
-        ("pytorch", {"grad": ["x"], "reference": "ops:rmsnorm_np"}, "needs a reference whose gradients"),
+        ("pytorch", {"grad": ["x"], "reference": "refs/rmsnorm.py"}, "needs a reference gpuemu calls in-process"),
         ("pytorch", {"grad": ["x"], "inplace": ["x"], **TORCH_REF}, "cannot also be differentiated"),
         ("pytorch", {"reference_grad": "ops:rmsnorm_np_grad", **TORCH_REF}, "reference_grad is set but grad is not"),
         ("pytorch", {"reference_framework": "jax", "reference": "ops:rmsnorm_np"}, "unknown framework"),
@@ -274,6 +263,6 @@ def test_an_op_autograd_cannot_differentiate_is_a_clear_error(tmp_path: Path, fn
 def test_backward_wiring_mistakes_are_config_errors(tmp_path: Path, project: str, keys: dict, says: str) -> None:
     toml = project_toml(project={"name": "g", "framework": project})
     toml += op_toml("o", module="ops:rmsnorm", inputs=NORM_INPUTS, dims=DIMS, **keys)
-    root = write_ws(tmp_path, toml, {"ops.py": OPS})
+    root = write_ws(tmp_path, toml, {"ops.py": OPS, "refs/rmsnorm.py": "import sys\n"})
     proc = gpuemu("ops", cwd=root)
     assert proc.returncode != 0 and says in proc.stdout + proc.stderr, out(proc)

@@ -179,3 +179,30 @@ a = np.frombuffer(base64.b64decode(x["data"]), dtype=x["dtype"]).reshape(x["shap
 print(json.dumps({"outputs": {"result": {"shape": list(a.shape), "dtype": "float64",
                                          "data": base64.b64encode(a.tobytes()).decode()}}}))
 """
+
+
+#: A softmax as an ``autograd.Function`` (source for a workspace's ops.py, after ``import torch``): a correct
+#: backward, or with ``bug`` one of "ones" (the upstream taken to be ones), "jacobian" (the Jacobian's second
+#: term forgotten), "corner" (one element of the gradient doubled).
+SOFTMAX_FUNCTION = """
+class Softmax(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, bug=None):
+        p = torch.softmax(x.float(), -1)
+        ctx.save_for_backward(p)
+        ctx.bug = bug
+        return p.to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, g):
+        (p,) = ctx.saved_tensors
+        gf = g.float()
+        if ctx.bug == "ones":
+            gf = torch.ones_like(gf)
+        if ctx.bug == "jacobian":  # forgot the second term: p * g instead of p * (g - sum(g * p))
+            return (p * gf).to(g.dtype), None
+        gx = p * (gf - (gf * p).sum(-1, keepdim=True))
+        if ctx.bug == "corner":  # one element of the gradient wrong: the last row's last column doubled
+            gx[-1, -1] *= 2
+        return gx.to(g.dtype), None
+"""

@@ -284,12 +284,13 @@ class _Checker:
                 f'{self.dotted(key)} needs framework = "pytorch" or "jax" (the op runs forward and backward '
                 f"under torch.autograd or jax.vjp); this op's framework is {framework!r}",
             )
-        if "reference_grad" not in op and op.get("reference_framework", "numpy") != "pytorch":
+        reference = op.get("reference")
+        if "reference_grad" not in op and isinstance(reference, str) and not is_callable_ref(reference):
             self.problem(
                 key,
-                f"{self.dotted(key)} needs a reference whose gradients gpuemu can compute",
-                'write the reference in torch and set reference_framework = "pytorch" (it gets float64 tensors, '
-                'gpuemu differentiates it), or set reference_grad = "module:function" (numpy gradients)',
+                f"{self.dotted(key)} needs a reference gpuemu calls in-process (module:function) to differentiate",
+                "a script reference's gradients are judged by finite differences of a module:function reference "
+                'only: point reference at one, or set reference_grad = "module:function"',
             )
 
     def pin(self, path: tuple[str | int, ...], value: Any) -> None:

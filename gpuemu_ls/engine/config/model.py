@@ -186,6 +186,12 @@ class OpConfig:
         return self.reference is not None and not is_callable_ref(self.reference)
 
     @property
+    def grad_by_differences(self) -> bool:
+        """Gradients judged along directions by finite differences of a numpy reference (run/finite_diff.py):
+        ``grad`` without ``reference_grad`` or a differentiable (PyTorch) reference."""
+        return bool(self.grad) and self.reference_grad is None and self.reference_framework == "numpy"
+
+    @property
     def runnable(self) -> bool:
         """Whether the CLI can run the op under test (client-side ops without a module run elsewhere)."""
         return self.module is not None or self.op_script is not None

@@ -106,6 +106,9 @@ class Comparison:
     # this output fails only at edge-of-range inputs (it passes in the tier case) while another output of the
     # case fails there too: the case is a bug, shown by that other output (oracle/tier.py)
     edge_only: bool = False
+    # a gradient judged along random directions against finite differences (run/finite_diff.py): its elements
+    # are the directions, not the tensor's
+    directional: bool = False
     ulp: int | None = None
     axis_counts: list[list[int]] | None = None
     ratio: dict[str, float] | None = None
@@ -172,6 +175,14 @@ class Comparison:
             return f"{self.output}: ok (max err {self.max_abs:.3g}, {self.max_ratio:.0%} of tolerance){tail}"
         if self.kind in ("shape_mismatch", "dtype_mismatch"):
             return f"{self.output}: {self.detail}"
+        if self.directional:
+            return (
+                f"{self.output}: {self.mismatches} of {self.total} directional derivatives off; worst along "
+                f"direction {self.worst_index[0] if self.worst_index else '?'}: op {_num(self.worst_op)}, finite "
+                f"difference of the reference {_num(self.worst_ref)}, allowed {_num(self.worst_allowed)} (the "
+                f"tolerance {self.tolerance_text()} summed over the direction, plus the difference's own error)"
+                f"{tail}"
+            )
         special = self.special_text()
         if special:
             finite = self.mismatches - self.unexpected_nan - self.unexpected_inf - self.missing_nan
@@ -193,6 +204,16 @@ class Comparison:
         """The full numpy.testing-style report: where and by how much."""
         if self.kind in ("shape_mismatch", "dtype_mismatch"):
             return self.detail
+        if self.directional:
+            return "\n".join(
+                [
+                    f"Output {self.output!r}: {self.detail} ({self.total} directions; no per-element verdict)",
+                    f"Directions off: {self.mismatches} / {self.total}; not judged: {self.out_of_range}",
+                    f"Worst along direction {self.worst_index[0] if self.worst_index else '?'}: "
+                    f"op={_num(self.worst_op)} ref={_num(self.worst_ref)} allowed=+/-{_num(self.worst_allowed)}",
+                    f"Error / tolerance at worst: {self.max_ratio:.3g}",
+                ]
+            )
         special = self.special_text()
         lines = [
             f"Output {self.output!r} ({self.dtype}, shape {list(self.shape)}): "

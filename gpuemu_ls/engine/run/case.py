@@ -31,7 +31,7 @@ from ..oracle.features import input_features, output_features
 from ..oracle.invariants import check_invariants
 from ..oracle.outcome import CaseResult
 from ..oracle.tier import TIERABLE_KINDS, edge_record, explained, overflow_threshold, tame
-from . import triton_interp
+from . import finite_diff, triton_interp
 from .grads import Upstream
 from .runners import CallableRunner, CallError, Runner, promote
 
@@ -162,6 +162,8 @@ def run_case(
             )
     if op.grad:
         result.features["upstream"] = dict(upstream.kinds)  # what each output's upstream gradient was drawn from
+    # a numpy reference without reference_grad: the op's gradients are judged along directions (finite_diff)
+    op_grads = finite_diff.grad_outputs(op_out, op.grad) if op.grad_by_differences else {}
 
     mutated = [
         n
@@ -262,6 +264,20 @@ def run_case(
             if not cmp.passed:
                 result.features.setdefault("outputs", {})[name] = output_features(cmp, inputs.logical, op)
         result.comparisons.append(cmp)
+    if op_grads:
+        assert upstream is not None
+        kwargs = dict(op.kwargs)
+        result.comparisons += finite_diff.judge(
+            op.name,
+            spec.seed,
+            op.grad,
+            ref_inputs,
+            ref_out,
+            op_grads,
+            upstream,
+            lambda moved: ctx.ref_runner.call(moved, kwargs),
+            lambda name: _grad_bound(ctx, op, spec, name),
+        )
     if op.invariants:
         first = op.inputs[0].name if op.inputs else None
         excused = {c.output: c.excused for c in result.comparisons}
@@ -291,6 +307,13 @@ def run_case(
         fail("failed", "invariant", f"invariant {v.invariant} violated: {v.message}")
         return _tiered(ctx, spec, result, None, tiering)
     return result
+
+
+def _grad_bound(ctx: CaseContext, op: OpConfig, spec: CaseSpec, name: str) -> tuple[float, float, str]:
+    """The tolerance of input ``name``'s gradient (atol, rtol, dtype): its input's dtype's."""
+    dtype = next((i.dtype for i in op.inputs if i.name == name and i.dtype), None) or spec.dtype
+    bound = resolve_bound(op, ctx.validation, dtype)
+    return bound.atol, bound.rtol, dtype
 
 
 def _launch_count(ctx: CaseContext) -> int | None:

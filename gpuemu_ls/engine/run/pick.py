@@ -65,7 +65,7 @@ def reference_runner(root: Path, op: OpConfig, *, isolated: bool, module: Callab
         )
     else:
         runner = CallableRunner(root, module(op.reference), op.input_names, adapter, "reference", op.reference_call)
-        if op.grad:
+        if op.grad and not op.grad_by_differences:
             runner = GradRunner(runner, op.grad, reference=True)
     return named(runner, op.outputs)
 
