@@ -266,3 +266,10 @@ def test_backward_wiring_mistakes_are_config_errors(tmp_path: Path, project: str
     root = write_ws(tmp_path, toml, {"ops.py": OPS, "refs/rmsnorm.py": "import sys\n"})
     proc = gpuemu("ops", cwd=root)
     assert proc.returncode != 0 and says in proc.stdout + proc.stderr, out(proc)
+
+
+def test_the_diagnosis_names_the_gradient_it_is_about(thorough: tuple[Path, dict]) -> None:
+    _, doc = thorough
+    ops = _ops(doc)
+    assert ops["rmsnorm_w"]["diagnosis"].startswith("grad of w: "), ops["rmsnorm_w"]["diagnosis"]
+    assert ops["softmax_bug"]["diagnosis"].startswith("grad of x: "), ops["softmax_bug"]["diagnosis"]

@@ -14,6 +14,7 @@ xdist spreads them.
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -81,6 +82,9 @@ def test_correct_kernels_pass_and_every_twin_fails_where_its_bug_lives(tmp_path:
         assert {f["dtype"] for f in bugs("cross_entropy_counts_ignored")} == DTYPES
         assert "N is not a power of two" in ops["layer_norm_partial_block_variance"]["diagnosis"]
         assert "S == 1 and B > 1" in ops["rope_assumed_batch_stride"]["diagnosis"]
+        # the diagnosis names the outputs it is about when the others are right (the forward, the loss)
+        assert re.match(r"grad of [wb]( and grad of [wb])?: fails ", ops["layer_norm_low_precision_dw"]["diagnosis"])
+        assert ops["geglu_ones_upstream"]["diagnosis"].startswith("grad of a and grad of b: fails ")
 
 
 def test_each_entry_is_the_config_alone_pointing_at_an_autograd_function() -> None:

@@ -1024,7 +1024,7 @@ def diagnose_cases(
                 f"no simple condition found ({len(bad)}/{len(cases)} cases {noun}; not explained by shape, layout, "
                 f"dtype or distribution{agree}){tail}"
             )
-    parts = [line]
+    parts = [_outputs_named(failed) + line]
     if failed:
         # where the error sits, from the run's failures and the confirmation cases' (plain float32 ones, where
         # a half-precision case shows only part of a row)
@@ -1036,6 +1036,22 @@ def diagnose_cases(
     else:
         parts.append(_error_summary(errors, root))
     return "; ".join(parts)
+
+
+def _outputs_named(failed: list[CaseResult]) -> str:
+    """"grad of w: " when the failing cases fail on only some of the op's outputs (a backward bug in one input's
+    gradient, the loss right): which outputs the condition is about. Empty when every output fails somewhere."""
+    judged: set[str] = set()
+    wrong: set[str] = set()
+    for case in failed:
+        for cmp in getattr(case, "comparisons", None) or []:
+            judged.add(cmp.output)
+            if not cmp.passed and not cmp.edge_only:  # edge_only: wrong only at the range's edge (oracle/tier)
+                wrong.add(cmp.output)
+    if not wrong or len(judged) < 2 or wrong == judged:
+        return ""
+    names = [f"grad of {n[5:]}" if n.startswith("grad_") else f"output {n}" for n in sorted(wrong)]
+    return f"{' and '.join(names)}: "
 
 
 def _shown(cond: Predicate) -> str:
