@@ -1039,8 +1039,9 @@ def diagnose_cases(
 
 
 def _outputs_named(failed: list[CaseResult]) -> str:
-    """"grad of w: " when the failing cases fail on only some of the op's outputs (a backward bug in one input's
-    gradient, the loss right): which outputs the condition is about. Empty when every output fails somewhere."""
+    """The prefix "grad of w: " when the failing cases fail on only some of the op's outputs (a backward bug in
+    one input's gradient, the loss right): which outputs the condition is about. Empty when every output fails
+    somewhere."""
     judged: set[str] = set()
     wrong: set[str] = set()
     for case in failed:
