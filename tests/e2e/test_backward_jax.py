@@ -62,6 +62,10 @@ def swiglu_np_grad(a, b, g):
     return g * b * (s + a * s * (1 - s)), g * a * s
 
 
+def swiglu_jax(a, b):
+    return jax.nn.silu(a) * b
+
+
 def swiglu_torch(a, b):
     import torch
 
@@ -81,10 +85,13 @@ def doc(tmp_path_factory: pytest.TempPathFactory) -> dict:
     )
     numpy_ref = {"reference": "ops:swiglu_np", "reference_grad": "ops:swiglu_np_grad"}
     torch_ref = {"reference": "ops:swiglu_torch", "reference_framework": "pytorch"}
+    jax_ref = {"reference": "ops:swiglu_jax", "reference_framework": "jax"}
     for name, fn, ref in (
         ("swiglu", "swiglu", numpy_ref),
         ("swiglu_ones", "swiglu_ones", numpy_ref),
         ("swiglu_torch_ref", "swiglu", torch_ref),
+        ("swiglu_jax_ref", "swiglu", jax_ref),
+        ("swiglu_ones_jax_ref", "swiglu_ones", jax_ref),
     ):
         toml += op_toml(
             name, module=f"ops:{fn}", grad=["a", "b"], inputs=INPUTS, dims=DIMS, distributions=FINITE, **ref
@@ -95,13 +102,14 @@ def doc(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 def test_a_correct_jax_backward_passes_in_every_dtype(doc: dict) -> None:
     ops = {o["name"]: o for o in doc["ops"]}
-    for name in ("swiglu", "swiglu_torch_ref"):
+    for name in ("swiglu", "swiglu_torch_ref", "swiglu_jax_ref"):
         assert ops[name]["status"] in ("passed", "edge"), (name, ops[name]["failures"][:2])
         assert ops[name]["failed"] == 0 and ops[name]["errors"] == 0, name
 
 
-def test_a_custom_vjp_that_drops_the_upstream_fails_on_its_gradients_only(doc: dict) -> None:
-    op = next(o for o in doc["ops"] if o["name"] == "swiglu_ones")
+@pytest.mark.parametrize("name", ["swiglu_ones", "swiglu_ones_jax_ref"])
+def test_a_custom_vjp_that_drops_the_upstream_fails_on_its_gradients_only(doc: dict, name: str) -> None:
+    op = next(o for o in doc["ops"] if o["name"] == name)
     bugs = [f for f in op["failures"] if f["status"] == "failed"]
     assert op["status"] == "failed" and bugs
     assert {f["output"] for f in bugs} <= {"grad_a", "grad_b"}
@@ -109,13 +117,19 @@ def test_a_custom_vjp_that_drops_the_upstream_fails_on_its_gradients_only(doc: d
     assert all(f.get("upstream") for f in bugs)  # each failure names the upstream it drew
 
 
-def test_a_jax_backward_failure_replays_standalone(tmp_path_factory: pytest.TempPathFactory) -> None:
+@pytest.mark.parametrize(
+    "ref",
+    [
+        {"reference": "ops:swiglu_np", "reference_grad": "ops:swiglu_np_grad"},
+        {"reference": "ops:swiglu_jax", "reference_framework": "jax"},
+    ],
+)
+def test_a_jax_backward_failure_replays_standalone(tmp_path_factory: pytest.TempPathFactory, ref: dict) -> None:
     toml = project_toml(project={"name": "jaxgrads", "framework": "jax"}, validation={"dtypes": ["float32"]})
     toml += op_toml(
         "swiglu_ones",
         module="ops:swiglu_ones",
-        reference="ops:swiglu_np",
-        reference_grad="ops:swiglu_np_grad",
+        **ref,
         grad=["a", "b"],
         outputs=["y"],  # the upstream is recorded under the output's declared name
         inputs=INPUTS,
@@ -133,3 +147,28 @@ def test_a_jax_backward_failure_replays_standalone(tmp_path_factory: pytest.Temp
     # the same case as the engine's: the same worst error, to the printed digits
     worst = re.search(r"max abs err (\S+)", failure["message"])
     assert worst and worst.group(1) in proc.stdout, (failure["message"], proc.stdout[-2000:])
+
+
+def test_a_jax_reference_computes_in_float64_for_its_call_only(tmp_path) -> None:
+    """jax computes in float32 unless 64-bit types are on: the reference gets them for its call, the process not."""
+    import jax.numpy as jnp
+    import numpy as np
+    from kit.workspace import load_op
+
+    from gpuemu_ls.engine.run.grads import Upstream
+    from gpuemu_ls.engine.run.pick import reference_runner
+
+    toml = project_toml(project={"name": "x64", "framework": "jax"})
+    toml += op_toml(
+        "s", module="ops:swiglu", reference="ops:swiglu_jax", reference_framework="jax", grad=["a"], inputs=INPUTS,
+        dims=DIMS,
+    )  # fmt: skip
+    op = load_op(tmp_path, toml, "s", {"ops.py": OPS})
+    runner = reference_runner(tmp_path, op, isolated=False)
+    runner.upstream = Upstream("s", 0)
+    x = np.linspace(-3, 3, 12).reshape(3, 4)
+    out = runner.call({"a": x, "b": x[::-1].copy()}, {})
+    assert out["result"].dtype == np.float64 and out["grad_a"].dtype == np.float64
+    y = x / (1 + np.exp(-x)) * x[::-1]
+    assert np.abs(out["result"] - y).max() < 1e-12  # float64 accuracy, not float32's 1e-7
+    assert jnp.asarray(np.ones(2)).dtype == jnp.float32  # the process is unchanged

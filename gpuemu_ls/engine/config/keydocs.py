@@ -108,7 +108,7 @@ TABLES: dict[tuple[str, ...], dict[str, str]] = {
         "outputs": 'Names of the op\'s outputs in order, for a function that returns a tuple (or one output): outputs = ["loss", "dlogits"] makes them loss and dlogits (instead of result0, result1) in every face: failure lines, JSON, diagnostics, hovers, reproductions. The reference may return the same tuple or a dict of these names.',
         "requires_grad": "Float inputs of a PyTorch op handed over with requires_grad set (the same memory, as a leaf): for kernels that compute their gradient only when training, such as a cross-entropy that writes d loss / d logits into the logits when logits.requires_grad. grad sets it on its own inputs already.",
         "grad": "Inputs to differentiate (backward validation, PyTorch and JAX ops): the op runs forward and backward under torch.autograd (or jax.vjp) with an upstream gradient drawn per case (normal, uniform, small, wide, zeros, sparse, per-row constant, per-element varying; never only ones), and each input's gradient is judged as an output of its own, grad_<input>, against the reference's: a reference_framework = \"pytorch\" reference is differentiated by autograd in float64, a numpy one gives reference_grad, or else its gradients are judged along 3 random directions by finite differences of the numpy reference (no per-element verdict).",
-        "reference_framework": 'What an in-process reference receives: numpy arrays (default) or PyTorch tensors ("pytorch"), float64 on the CPU. A PyTorch reference is what backward validation (grad) differentiates.',
+        "reference_framework": 'What an in-process reference receives: numpy arrays (default), PyTorch tensors ("pytorch") or JAX arrays ("jax"), float64 on the CPU. A PyTorch or JAX reference is what backward validation (grad) differentiates.',
         "reference_grad": "\"module:function\" computing a numpy reference's input gradients (backward validation, with grad): called with the op's inputs in float64, then the upstream gradient of each forward output (in output-name order); returns the gradients in grad order (a tuple, or one array) or by input name (a dict).",
         "inplace": "Inputs the op writes its result into (e.g. a cross-entropy that writes the gradient into its logits): the op gets a private copy, the written input is judged as an output of that name (the reference returns it under that name, in a dict), and writing into it is not an input mutation. The op may return None or its other outputs.",
         "nan_contract": "A NaN the reference returns from NaN-free inputs is the op's contract there (the op must return NaN too). By default such a reference NaN is reported as suspect and the op's answer there is not judged.",
@@ -259,6 +259,7 @@ VALUE_DOCS["framework"] = {
 VALUE_DOCS["reference_framework"] = {
     "numpy": "float64 numpy arrays",
     "pytorch": "float64 torch tensors on the CPU (what backward validation differentiates)",
+    "jax": "float64 JAX arrays on the CPU, 64-bit types enabled for the call only (what jax.vjp differentiates)",
 }
 VALUE_DOCS["invariant"] = {
     "shape_preserved": "the output has the shape of the first input",

@@ -95,7 +95,7 @@ def format_duration(seconds: float) -> str:
 
 FRAMEWORKS = ("numpy", "pytorch", "jax", "tensorflow")
 #: What an in-process reference may receive: numpy arrays or PyTorch tensors (float64, on the CPU).
-REFERENCE_FRAMEWORKS = ("numpy", "pytorch")
+REFERENCE_FRAMEWORKS = ("numpy", "pytorch", "jax")
 EXECUTION_MODES = ("in_process", "script_based", "client_side", "daemon_orchestrated")
 #: How an in-process op (or reference) receives its inputs: ``f(x, w)``, ``f(x=..., w=...)`` or ``f({"x": ..})``.
 CALL_STYLES = ("positional", "kwargs", "dict")

@@ -108,7 +108,21 @@ class Upstream:
         return out.astype(dtype) if dt.is_float(dt.dtype_name(dtype)) else out.astype(np.float64)
 
 
-class GradRunner(Runner):
+class _Backward(Runner):
+    """What both autograd runners share: the case's upstream draw, as the op or the reference takes it."""
+
+    upstream: Upstream | None
+    reference: bool
+
+    def _upstream(self, name: str, like: np.ndarray) -> np.ndarray:
+        assert self.upstream is not None, "the case sets the upstream gradients before calling"
+        if self.reference:  # float64, or the dtype of a working-precision evaluation (run/case.py)
+            up = self.upstream.for_reference(name, like.shape)
+            return up.astype(like.dtype) if like.dtype.kind == "f" else up
+        return self.upstream.for_op(name, like.shape, like.dtype)
+
+
+class GradRunner(_Backward):
     """An in-process op (or float64 reference), ``inner``, run forward and backward under PyTorch's autograd.
 
     ``upstream`` is set per case by the caller (:func:`run_case`). ``reference``: the upstream values are
@@ -122,13 +136,6 @@ class GradRunner(Runner):
         self.grad = grad
         self.reference = reference
         self.upstream: Upstream | None = None
-
-    def _upstream(self, name: str, like: np.ndarray) -> np.ndarray:
-        assert self.upstream is not None, "the case sets the upstream gradients before calling"
-        if self.reference:  # float64, or the dtype of a working-precision evaluation (run/case.py)
-            up = self.upstream.for_reference(name, like.shape)
-            return up.astype(like.dtype) if like.dtype.kind == "f" else up
-        return self.upstream.for_op(name, like.shape, like.dtype)
 
     def call(self, inputs: dict[str, np.ndarray], kwargs: dict[str, Any]) -> dict[str, np.ndarray]:
         torch = self.adapter.torch  # type: ignore[attr-defined]
@@ -186,20 +193,20 @@ class GradRunner(Runner):
         return self.inner.call_error(exc)
 
 
-class JaxGradRunner(Runner):
+class JaxGradRunner(_Backward):
     """A JAX op, ``inner``, differentiated through ``jax.vjp`` with the case's upstream gradients (its cotangent
     in the structure the op returns: one array, a tuple, or a dict)."""
 
-    def __init__(self, inner: CallableRunner, grad: tuple[str, ...]) -> None:
+    def __init__(self, inner: CallableRunner, grad: tuple[str, ...], *, reference: bool = False) -> None:
         self.inner = inner
         self.where = inner.where
         self.adapter = inner.adapter
         self.who = inner.who
         self.grad = grad
+        self.reference = reference
         self.upstream: Upstream | None = None
 
     def call(self, inputs: dict[str, np.ndarray], kwargs: dict[str, Any]) -> dict[str, np.ndarray]:
-        assert self.upstream is not None, "the case sets the upstream gradients before calling"
         jax = self.adapter.jax  # type: ignore[attr-defined]
         args = [self.adapter.place(inputs[name])[0] for name in self.inner.order]
         at = [i for i, name in enumerate(self.inner.order) if name in self.grad]
@@ -213,9 +220,7 @@ class JaxGradRunner(Runner):
         try:
             value, vjp = jax.vjp(forward, *(args[i] for i in at))
             named = dict(named_values(value))
-            ups = {
-                n: self.upstream.for_op(n, tuple(np.shape(t)), self.adapter.to_numpy(t).dtype) for n, t in named.items()
-            }
+            ups = {n: self._upstream(n, self.adapter.to_numpy(t)) for n, t in named.items()}
             if isinstance(value, dict):
                 cotangent: Any = {k: self.adapter.place(ups[str(k)])[0] for k in value}
             elif isinstance(value, (tuple, list)):

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ import numpy as np
 from ..config.model import OpConfig
 from .frameworks import get_adapter
 from .grads import GradRunner, JaxGradRunner, ReferenceGradRunner
-from .runners import CallableRunner, Runner, ScriptRunner
+from .runners import CallableRunner, CallError, Runner, ScriptRunner
 
 
 def _as_is(ref: str) -> str:
@@ -65,8 +66,14 @@ def reference_runner(root: Path, op: OpConfig, *, isolated: bool, module: Callab
         )
     else:
         runner = CallableRunner(root, module(op.reference), op.input_names, adapter, "reference", op.reference_call)
+        jax = getattr(adapter, "jax", None)
         if op.grad and not op.grad_by_differences:
-            runner = GradRunner(runner, op.grad, reference=True)
+            inner = runner
+            runner = (
+                JaxGradRunner(inner, op.grad, reference=True) if jax else GradRunner(inner, op.grad, reference=True)
+            )
+        if jax is not None:
+            runner = JaxFloat64(runner, jax)
     return named(runner, op.outputs)
 
 
@@ -76,14 +83,11 @@ def named(runner: Runner, names: tuple[str, ...]) -> Runner:
     return NamedOutputs(runner, names) if names else runner
 
 
-class NamedOutputs(Runner):
-    """A runner whose tuple outputs get the names the op declares: ``outputs = ["loss", "dlogits"]`` turns a
-    function's ``(loss, dlogits)`` into outputs ``loss`` and ``dlogits`` everywhere results are shown. Outputs
-    that already carry names (a dict, ``grad_<input>``, a written input) keep them."""
+class Wrapped(Runner):
+    """A runner around another: what the case sets on it (the upstream draw) reaches the inner one."""
 
-    def __init__(self, inner: Runner, names: tuple[str, ...]) -> None:
+    def __init__(self, inner: Runner) -> None:
         self.inner = inner
-        self.names = names
         self.where = inner.where
         self.inplace = inner.inplace
 
@@ -97,7 +101,38 @@ class NamedOutputs(Runner):
             self.inner.upstream = value  # type: ignore[attr-defined]
 
     def call(self, inputs: dict[str, np.ndarray], kwargs: dict[str, Any]) -> dict[str, np.ndarray]:
+        return self.inner.call(inputs, kwargs)
+
+
+class NamedOutputs(Wrapped):
+    """A runner whose tuple outputs get the names the op declares: ``outputs = ["loss", "dlogits"]`` turns a
+    function's ``(loss, dlogits)`` into outputs ``loss`` and ``dlogits`` everywhere results are shown. Outputs
+    that already carry names (a dict, ``grad_<input>``, a written input) keep them."""
+
+    def __init__(self, inner: Runner, names: tuple[str, ...]) -> None:
+        super().__init__(inner)
+        self.names = names
+
+    def call(self, inputs: dict[str, np.ndarray], kwargs: dict[str, Any]) -> dict[str, np.ndarray]:
         return rename_outputs(self.inner.call(inputs, kwargs), self.names)
+
+
+class JaxFloat64(Wrapped):
+    """A JAX reference, called with 64-bit types enabled for the call only (``jax.enable_x64``, thread-local):
+    JAX computes in float32 by default, and a process-wide switch would change what the op under test computes."""
+
+    def __init__(self, inner: Runner, jax: Any) -> None:
+        super().__init__(inner)
+        scope = getattr(jax, "enable_x64", None)
+        if scope is None:  # jax before 0.5 kept it in jax.experimental
+            scope = getattr(importlib.import_module("jax.experimental"), "enable_x64", None)
+        if scope is None:
+            raise CallError("import", "this jax has no scoped 64-bit mode (jax.enable_x64): upgrade jax")
+        self.scope = scope
+
+    def call(self, inputs: dict[str, np.ndarray], kwargs: dict[str, Any]) -> dict[str, np.ndarray]:
+        with self.scope(True):
+            return self.inner.call(inputs, kwargs)
 
 
 def rename_outputs(out: dict[str, np.ndarray], names: tuple[str, ...]) -> dict[str, np.ndarray]:

@@ -175,6 +175,7 @@ and gpuemu count the same elements off.
 \"\"\"
 
 import base64
+import contextlib
 import importlib
 import json
 import subprocess
@@ -377,6 +378,14 @@ def call(ref, args, fw, style="positional", inplace=(), upstream=None, requires_
     return got
 
 
+def float64_scope(framework):
+    \"\"\"JAX computes in float32 unless 64-bit types are on: on for the reference's call only, as in gpuemu.\"\"\"
+    if framework != "jax":
+        return contextlib.nullcontext()
+    jax = need("jax", "the reference is a JAX function: pip install jax")
+    return jax.enable_x64(True)
+
+
 def jax_backward(fn, tensors, fw, upstream):
     \"\"\"A JAX op forward and, through jax.vjp with the recorded upstream gradients, backward.\"\"\"
     jax = need("jax", "the op is a JAX op: pip install jax")
@@ -390,18 +399,24 @@ def jax_backward(fn, tensors, fw, upstream):
 
     value, vjp = jax.vjp(forward, *(tensors[i] for i in at))
     got = {k: fw.array(v) for k, v in named_outputs(value).items()}
+    raw = dict(got)
     final = dict(zip(got, got))  # each output's name as recorded: the op's OUTPUTS for positional ones
     if OUTPUTS:
         positional = ["result"] if len(OUTPUTS) == 1 else [f"result{i}" for i in range(len(OUTPUTS))]
         if list(got) == positional:
             final = dict(zip(positional, OUTPUTS))
             got = dict(zip(OUTPUTS, got.values()))
+
+    def up(name):  # a float64 reference's cotangent is float64, as its output
+        u = upstream[final[name]]
+        return fw.tensor(as_float64(u) if raw[name].dtype == np.float64 else u)
+
     if isinstance(value, dict):
-        cotangent = {k: fw.tensor(upstream[final[str(k)]]) for k in value}
+        cotangent = {k: up(str(k)) for k in value}
     elif isinstance(value, (tuple, list)):
-        cotangent = type(value)(fw.tensor(upstream[final[f"result{i}"]]) for i in range(len(value)))
+        cotangent = type(value)(up(f"result{i}") for i in range(len(value)))
     else:
-        cotangent = fw.tensor(upstream[final["result"]])
+        cotangent = up("result")
     for n, g in zip([n for n in INPUT_ORDER if n in GRAD], vjp(cotangent)):
         got["grad_" + n] = fw.array(g)
     return got
@@ -532,7 +547,8 @@ def main():
             del out[n]
     else:
         ref_fw = Framework(REFERENCE_FRAMEWORK, "cpu")
-        ref = call(REFERENCE, [promoted[n] for n in INPUT_ORDER], ref_fw, REFERENCE_CALL, (), grads)
+        with float64_scope(REFERENCE_FRAMEWORK):
+            ref = call(REFERENCE, [promoted[n] for n in INPUT_ORDER], ref_fw, REFERENCE_CALL, (), grads)
     if set(out) != set(ref):
         problems.append(f"outputs {sorted(out)} != reference outputs {sorted(ref)}")
     unjudged = widened = 0
