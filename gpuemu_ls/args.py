@@ -97,8 +97,10 @@ iterations_arg = _bounded("iterations", MAX_ITERATIONS)
 
 #: ``--budget`` as ``gpuemu test``, ``gpuemu fuzz`` and the gate explain it.
 BUDGET_HELP = (
-    "wall time for the run's ops: 90s, 5m, 1m30s, or off (default: [ci] budget / [ci.quick] budget, else 20s per "
-    "op thorough and 5s quick); each op's first cases measure its cost, then every class it covers runs first"
+    "wall time for the run's ops: 90s, 5m, 1m30s, or off (default: [ci] budget / [ci.quick] budget; without one, "
+    "no time limit, and ops of high cost, such as Triton kernels in the CPU interpreter, run a quarter of their "
+    "plan's work, half in --quick, every coverage class kept); under a time budget each op's first cases "
+    "measure its cost, then every class it covers runs first"
 )
 
 

@@ -9,7 +9,8 @@ LayerNormPartialBlockVariance   the partial-block variance: ``x - mean`` is not 
                                 variance. Right whenever N is a power of two (every shape a library's own
                                 tests used), wrong otherwise.
 LayerNormLowPrecisionDW         dW and dB accumulated across rows in the input dtype: right in float32,
-                                wrong in bfloat16 (8 bits of mantissa lose the small terms of a long sum).
+                                wrong in bfloat16 (8 bits of mantissa lose the small terms of a long sum),
+                                and in float16 on long enough sums.
 
 Without a GPU the kernels run on Triton's CPU interpreter (``TRITON_INTERPRET=1``), where gpuemu-ls makes
 bfloat16 arithmetic round as a GPU does.

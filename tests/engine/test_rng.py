@@ -8,7 +8,7 @@ import statistics
 import numpy as np
 import pytest
 
-from gpuemu_ls.engine.cases.rng import Stream, det_log, inv_normal_cdf, splitmix64, stream_key
+from gpuemu_ls.engine.cases.rng import Stream, det_log, inv_normal_cdf, stream_key
 
 # (key parts, 128-bit stream key, first 4 Philox words, next 3 uniforms as float.hex, next 4 normals, next 6 integers in
 # [-5, 100), then a permutation of 6): computed once and pasted. A change here breaks every stored replay.
@@ -52,26 +52,6 @@ def test_golden_stream(parts, key, words, uniforms, normals, ints, perm) -> None
     assert [float(v) for v in s.normal(4)] == normals  # exact, not approx
     assert s.integers(-5, 100, 6).tolist() == ints
     assert s.permutation(6) == perm
-
-
-def _splitmix_reference(key: int, n: int) -> list[int]:
-    """SplitMix64 (Steele, Lea, Flood 2014) in plain Python integers."""
-    mask = (1 << 64) - 1
-    out, state = [], key
-    for _ in range(n):
-        state = (state + 0x9E3779B97F4A7C15) & mask
-        z = state
-        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask
-        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
-        out.append(z ^ (z >> 31))
-    return out
-
-
-@pytest.mark.parametrize("key", [0, 1, 1234567, (1 << 64) - 1, 0x8637D054C02FE536])
-def test_splitmix64_matches_the_published_algorithm(key: int) -> None:
-    ref = _splitmix_reference(key, 20)
-    assert [int(w) for w in splitmix64(key, 0, 20)] == ref
-    assert [int(w) for w in splitmix64(key, 7, 5)] == ref[7:12]  # random access by counter
 
 
 def test_stream_reads_sequentially() -> None:

@@ -30,25 +30,11 @@ import numpy as np
 
 T = TypeVar("T")
 
-_GAMMA = np.uint64(0x9E3779B97F4A7C15)
-_M1 = np.uint64(0xBF58476D1CE4E5B9)
-_M2 = np.uint64(0x94D049BB133111EB)
-
 
 def stream_key(*parts: object) -> int:
     """A 128-bit key from any printable parts (joined unambiguously, hashed with SHA-256)."""
     text = "\x1f".join(f"{type(p).__name__}:{p}" for p in parts)
     return int.from_bytes(hashlib.sha256(text.encode("utf-8")).digest()[:16], "little")
-
-
-def splitmix64(key: int, start: int, n: int) -> np.ndarray:
-    """Words ``start .. start+n-1`` of the SplitMix64 sequence seeded with ``key`` (uint64 array)."""
-    with np.errstate(over="ignore"):
-        ctr = np.arange(start + 1, start + n + 1, dtype=np.uint64)
-        z = np.uint64(key) + ctr * _GAMMA
-        z = (z ^ (z >> np.uint64(30))) * _M1
-        z = (z ^ (z >> np.uint64(27))) * _M2
-        return z ^ (z >> np.uint64(31))
 
 
 _LN2_HI = 6.93147180369123816490e-01  # ln 2 split so that e * _LN2_HI is exact for |e| < 2**20
@@ -313,4 +299,4 @@ def log2_floor(n: int) -> int:
     return n.bit_length() - 1 if n > 0 else 0
 
 
-__all__ = ["Stream", "det_log", "inv_normal_cdf", "log2_floor", "splitmix64", "stream_key"]
+__all__ = ["Stream", "det_log", "inv_normal_cdf", "log2_floor", "stream_key"]

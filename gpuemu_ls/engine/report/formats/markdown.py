@@ -41,7 +41,8 @@ def render_markdown(doc: dict[str, Any], *, show: int = 3, replay_prefix: str = 
         + (f"{s['edge']} with edge findings only, " if s.get("edge") else "")
         + f"{s.get('failed', 0)} failed, {s.get('error', 0)} errors, "
         + (f"{s['not_judged']} not judged, " if s.get("not_judged") else "")
-        + f"{s.get('not_run', 0)} not run; {doc.get('mode')}, seed {doc.get('seed')})",
+        + f"{s.get('not_run', 0)} not run; {doc.get('mode')}"
+        + (f", seed {doc.get('seed')})" if s.get("ops") else ")"),
         "",
         "| | name | verdict | cases | diagnosis |",
         "|---|---|---|---|---|",

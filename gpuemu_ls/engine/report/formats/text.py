@@ -119,11 +119,12 @@ def render_text(doc: dict[str, Any], *, show: int = 3, replay_prefix: str = "") 
         err = ""
         if e["status"] in ("failed", "edge") and stats.get("nonfinite_cases"):
             err = f"NaN/inf in {stats['nonfinite_cases']} cases"  # not a small finite "max err"
+        elif e["status"] in ("passed", "edge") and isinstance(stats.get("max_ratio"), (int, float)):
+            # how close to failing, in the unit the verdict uses: an absolute error (1.8e+33 on huge values) or a
+            # relative one (1e+11 where a gradient's reference is ~0) says nothing of that on its own
+            err = f"worst {stats['max_ratio']:.0%} of tolerance"
         elif stats.get("max_abs") is not None:
             err = f"max err {stats['max_abs']:.3g}"
-            ratio = stats.get("max_ratio")
-            if e["status"] in ("passed", "edge") and isinstance(ratio, (int, float)):
-                err += f" ({ratio:.0%} of tolerance)"
         lines.append(
             f"{WORD.get(e['status'], e['status']) + ' ':8}{e['name']:24} {e['message']:40} {err:32} "
             f"{e.get('elapsed', 0):6.2f} s"
@@ -184,10 +185,12 @@ def render_text(doc: dict[str, Any], *, show: int = 3, replay_prefix: str = "") 
             "" if doc.get("fail_on_regression") else " (not failing the run)"
         )
     cases = sum(e.get("cases", 0) for e in doc["ops"])
-    tail += f" ({s.get('ops', 0)} ops, {cases} cases"
+    lint_only = not s.get("ops") and not cases  # no case ran: no seed drew anything
+    tail += " (" if lint_only else f" ({s.get('ops', 0)} ops, {cases} cases, "
     if s.get("kernels"):
-        tail += f", {s['kernels']} kernels"
-    tail += f", {doc.get('mode')}, seed {doc.get('seed')}, {doc.get('elapsed', 0):.1f} s)"
+        tail += f"{s['kernels']} kernels, "
+    seed = "" if lint_only else f"seed {doc.get('seed')}, "
+    tail += f"{doc.get('mode')}, {seed}{doc.get('elapsed', 0):.1f} s)"
     if doc.get("shard"):
         tail += f" [shard {doc['shard']}]"
     if doc.get("run_id"):
