@@ -118,6 +118,14 @@ def round_to(values: np.ndarray, name: str) -> np.ndarray:
         return rounded.astype(np.float32).astype(target)
 
 
+def widened(values: np.ndarray, dtype: type = np.float64, *, copy: bool | None = None, order: str = "K") -> np.ndarray:
+    """``values`` as float64 (or ``dtype``) without numpy's "invalid value encountered in cast", which a NaN
+    or infinity of bfloat16 raises on the way: a warning of the engine's bookkeeping, not of the user's op.
+    ``copy``/``order`` as ``np.array``'s (None: a copy only where needed)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        return np.array(values, dtype=dtype, copy=copy, order=order)  # type: ignore[call-overload]
+
+
 def is_float(name: str) -> bool:
     return name in FLOAT_NAMES
 

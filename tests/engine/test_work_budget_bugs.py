@@ -102,3 +102,15 @@ def test_the_cut_catches_the_bug_in_every_dtype_and_passes_its_twin(
     assert not plan.ok and want <= failed, (bug, seed, sorted(ran), sorted(failed))
     twin = client.test_op(PAIRS[bug], quick=quick, seed=seed)
     assert twin.ok, twin.message
+
+
+def test_the_engine_warns_nothing_of_its_own_in_a_users_process(client: Client) -> None:
+    """NaN and overflow in half-precision inputs and outputs: whatever numpy says about them inside gpuemu's own
+    bookkeeping (a cast to float64 for the reference, the case's facts, the tier case) stays there; a Python API
+    user who turns warnings into errors sees the verdict, not an "internal error: invalid value in cast"."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", category=RuntimeWarning, module=r"gpuemu_ls\.")
+        plan = client.test_op("rowsum_bug_overwrite", quick=False, seed=0)
+    assert plan.status == "failed" and not any(c.status == "error" for c in plan.cases), plan.message

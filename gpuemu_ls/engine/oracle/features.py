@@ -36,7 +36,7 @@ def output_features(cmp: Comparison, inputs: dict[str, np.ndarray], op: OpConfig
             continue
         if arr.ndim != mask.ndim or arr.shape[:-1] != mask.shape[:-1] or arr.size == 0:
             continue
-        a = np.asarray(arr, dtype=np.float64).reshape(rows_bad.size, -1)
+        a = dt.widened(arr).reshape(rows_bad.size, -1)
         masked |= np.all(a == -np.inf, axis=1)
         any_inf |= np.any(a == -np.inf, axis=1)
         found = True

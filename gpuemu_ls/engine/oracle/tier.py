@@ -74,7 +74,7 @@ def tame(
     """
     threshold = overflow_threshold(dtype, n)
     floats = {k: a for k, a in logical.items() if a.dtype.kind == "f" or a.dtype.name == "bfloat16"}
-    wide = {k: np.asarray(a, dtype=np.float64) for k, a in floats.items()}
+    wide = {k: dt.widened(a) for k, a in floats.items()}
     nan_or_posinf = propagation and any(bool((np.isnan(w) | (w == np.inf)).any()) for w in wide.values() if w.size)
     out = dict(logical)
     big_total = nonfinite_total = 0

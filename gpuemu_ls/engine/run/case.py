@@ -635,8 +635,7 @@ def case_facts(logical: dict[str, np.ndarray], op: OpConfig) -> tuple[CaseFacts,
     has_nan, finite, biggest = False, True, 0.0
     for arr in logical.values():
         if (arr.dtype.kind == "f" or arr.dtype.name == "bfloat16") and arr.size:
-            with np.errstate(invalid="ignore"):  # a NaN cast from bfloat16 warns: the engine's, not the user's
-                a = np.abs(np.asarray(arr, dtype=np.float64))
+            a = np.abs(dt.widened(arr))
             fin = np.isfinite(a)
             has_nan = has_nan or bool(np.isnan(a).any())
             finite = finite and bool(fin.all())
@@ -675,7 +674,7 @@ def _working(
             if (a.dtype.kind == "f" and a.dtype.itemsize <= 4) or a.dtype.name == "bfloat16"
         }
         # from the reference's inputs (exact in float64): an in-place op has written over its logical arrays
-        work_inputs = {n: np.asarray(a, dtype=np.float32) if n in narrow else a for n, a in ref_inputs.items()}
+        work_inputs = {n: dt.widened(a, np.float32) if n in narrow else a for n, a in ref_inputs.items()}
         try:
             with np.errstate(invalid="ignore", divide="ignore", under="ignore"):
                 out, overflowed = call_flagged(ctx.ref_runner, work_inputs, dict(ctx.op.kwargs))
@@ -687,7 +686,7 @@ def _working(
             # a nearby point, exact in float32: the reference there in float32 and in float64, whose difference is
             # the rounding alone (the distance between the points is sensitivity, which the kernel is not owed)
             moved = _perturbed(spec, {n: ref_inputs[n] for n in narrow}, WORKING_EPS, run)
-            moved32 = {n: np.asarray(a, dtype=np.float32) for n, a in moved.items()}
+            moved32 = {n: dt.widened(a, np.float32) for n, a in moved.items()}
             moved64 = {**ref_inputs, **{n: a.astype(np.float64) for n, a in moved32.items()}}
             jitter = upstream.jittered(WORKING_EPS, run) if upstream is not None else contextlib.nullcontext()
             try:
@@ -739,7 +738,8 @@ def _row_coupled(ctx: CaseContext, ref_inputs: dict[str, np.ndarray], ref_out: d
         if arr.dtype == np.float64 and arr.size:
             arr = arr.copy()
             flat = arr.reshape(-1)
-            flat[-1] = flat[-1] * (1.0 + 2.0**-10) if flat[-1] != 0 else 2.0**-10
+            with np.errstate(all="ignore"):
+                flat[-1] = flat[-1] * (1.0 + 2.0**-10) if flat[-1] != 0 else 2.0**-10
         moved[name] = arr
     try:
         with np.errstate(all="ignore"):

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import dtypes as dt
 from . import scriptfork, shadow, wire
 from .frameworks import Adapter
 
@@ -412,7 +413,7 @@ class ScriptRunner(Runner):
 def promote(arr: np.ndarray) -> np.ndarray:
     """What the reference receives: floats as contiguous float64, other dtypes as contiguous copies."""
     if arr.dtype.kind == "f" or arr.dtype.name == "bfloat16":
-        return np.array(arr, dtype=np.float64, order="C")  # not ascontiguousarray: that makes 0-d arrays 1-d
+        return dt.widened(arr, copy=True, order="C")  # not ascontiguousarray: that makes 0-d arrays 1-d
     return np.array(arr, order="C")
 
 
