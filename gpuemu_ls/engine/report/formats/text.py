@@ -125,10 +125,10 @@ def render_text(doc: dict[str, Any], *, show: int = 3, replay_prefix: str = "") 
             err = f"worst {stats['max_ratio']:.0%} of tolerance"
         elif stats.get("max_abs") is not None:
             err = f"max err {stats['max_abs']:.3g}"
-        lines.append(
-            f"{WORD.get(e['status'], e['status']) + ' ':8}{e['name']:24} {e['message']:40} {err:32} "
-            f"{e.get('elapsed', 0):6.2f} s"
-        )
+        message = e["message"]
+        # a long message keeps its figures apart (never "... not judged) NaN/inf in 11 cases", run together)
+        body = f"{message:40} {err:32}" if len(message) <= 40 else (f"{message}; {err}" if err else message)
+        lines.append(f"{WORD.get(e['status'], e['status']) + ' ':8}{e['name']:24} {body} {e.get('elapsed', 0):6.2f} s")
         se = e.get("setup_error")
         if se:
             loc = f"{se.get('file')}:{se.get('line')}: " if se.get("file") else ""
