@@ -257,7 +257,7 @@ def test_an_op_autograd_cannot_differentiate_is_a_clear_error(tmp_path: Path, fn
         ("pytorch", {"grad": ["x"], "reference": "refs/rmsnorm.py"}, "needs a reference gpuemu calls in-process"),
         ("pytorch", {"grad": ["x"], "inplace": ["x"], **TORCH_REF}, "cannot also be differentiated"),
         ("pytorch", {"reference_grad": "ops:rmsnorm_np_grad", **TORCH_REF}, "reference_grad is set but grad is not"),
-        ("pytorch", {"reference_framework": "jax", "reference": "ops:rmsnorm_np"}, "unknown framework"),
+        ("pytorch", {"reference_framework": "tensorflow", "reference": "ops:rmsnorm_np"}, "unknown framework"),
     ],
 )
 def test_backward_wiring_mistakes_are_config_errors(tmp_path: Path, project: str, keys: dict, says: str) -> None:

@@ -168,8 +168,18 @@ class _Workers:
         #: intra-op threads each worker's framework may use: the machine's cores shared by the workers at once
         #: (torch's default, every core per worker, oversubscribes them: spin-waiting threads, many times slower)
         self.threads: int | None = None
+        self.stopped = False
+
+    def stop(self) -> None:
+        """Kill every worker at once (an interrupt): op threads waiting on a case return now, and start no more."""
+        with self.lock:
+            self.stopped = True
+            for w in self.all:
+                w.kill()
 
     def get(self) -> Worker:
+        if self.stopped:
+            raise KeyboardInterrupt("the run was stopped")  # no new worker for a thread still finishing its op
         w: Worker | None = getattr(self.local, "worker", None)
         if w is None or not w.alive():
             w = Worker(memory_mb=self.config.validation.memory_limit_mb, cancel=self.cancel)
@@ -535,25 +545,29 @@ def run_validation(
         if planner is not None
     }
 
+    side_by_side = not (shards > 1 or jobs == 1 or len(ops) <= 1)
+    pool = ThreadPoolExecutor(max_workers=min(jobs, len(ops)) if side_by_side else 1, thread_name_prefix="gpuemu-op")
     try:
-        side_by_side = not (shards > 1 or jobs == 1 or len(ops) <= 1)
-        with ThreadPoolExecutor(
-            max_workers=min(jobs, len(ops)) if side_by_side else 1, thread_name_prefix="gpuemu-op"
-        ) as pool:
-            each: Callable[..., list[Any]] = (
-                (lambda f, xs: list(pool.map(f, xs))) if side_by_side else (lambda f, xs: [f(x) for x in xs])
-            )
-            if not budgets.active:
-                outcomes = each(one, ops)
-            else:  # every op's first cases, then the budget shared out by what they cost, then the rest
-                runs = each(probed, ops)
-                grants = _grants(runs, budgets.run, budgets.per_op, t0, 1 if shards > 1 else min(jobs, len(ops)))
-                outcomes = each(lambda b: one(b.op, b.finish(grants[b.op.name])), runs)
+        each: Callable[..., list[Any]] = (
+            (lambda f, xs: list(pool.map(f, xs))) if side_by_side else (lambda f, xs: [f(x) for x in xs])
+        )
+        if not budgets.active:
+            outcomes = each(one, ops)
+        else:  # every op's first cases, then the budget shared out by what they cost, then the rest
+            runs = each(probed, ops)
+            grants = _grants(runs, budgets.run, budgets.per_op, t0, 1 if shards > 1 else min(jobs, len(ops)))
+            outcomes = each(lambda b: one(b.op, b.finish(grants[b.op.name])), runs)
+    except BaseException:
+        # Ctrl-C (or anything else): the op threads are waiting on their workers' cases, and joining them would
+        # wait for those cases (a slow op: minutes); killed workers answer at once
+        workers.stop()
+        raise
     finally:
         if planner is not None:
             planner.shutdown(wait=False, cancel_futures=True)
+        pool.shutdown(wait=True, cancel_futures=True)
         if shard_pool is not None:
-            shard_pool.shutdown(wait=True)
+            shard_pool.shutdown(wait=True, cancel_futures=True)
         workers.close()
     result = RunResult(
         run_id,
