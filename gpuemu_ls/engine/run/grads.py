@@ -111,8 +111,14 @@ class Upstream:
 class _Backward(Runner):
     """What both autograd runners share: the case's upstream draw, as the op or the reference takes it."""
 
-    upstream: Upstream | None
-    reference: bool
+    def __init__(self, inner: CallableRunner, grad: tuple[str, ...], *, reference: bool = False) -> None:
+        self.inner = inner
+        self.where = inner.where
+        self.adapter = inner.adapter
+        self.who = inner.who
+        self.grad = grad
+        self.reference = reference
+        self.upstream: Upstream | None = None
 
     def _upstream(self, name: str, like: np.ndarray) -> np.ndarray:
         assert self.upstream is not None, "the case sets the upstream gradients before calling"
@@ -127,15 +133,6 @@ class GradRunner(_Backward):
 
     ``upstream`` is set per case by the caller (:func:`run_case`). ``reference``: the upstream values are
     taken in float64 (the reference's side)."""
-
-    def __init__(self, inner: CallableRunner, grad: tuple[str, ...], *, reference: bool = False) -> None:
-        self.inner = inner
-        self.where = inner.where
-        self.adapter = inner.adapter
-        self.who = inner.who
-        self.grad = grad
-        self.reference = reference
-        self.upstream: Upstream | None = None
 
     def call(self, inputs: dict[str, np.ndarray], kwargs: dict[str, Any]) -> dict[str, np.ndarray]:
         torch = self.adapter.torch  # type: ignore[attr-defined]
@@ -196,15 +193,6 @@ class GradRunner(_Backward):
 class JaxGradRunner(_Backward):
     """A JAX op, ``inner``, differentiated through ``jax.vjp`` with the case's upstream gradients (its cotangent
     in the structure the op returns: one array, a tuple, or a dict)."""
-
-    def __init__(self, inner: CallableRunner, grad: tuple[str, ...], *, reference: bool = False) -> None:
-        self.inner = inner
-        self.where = inner.where
-        self.adapter = inner.adapter
-        self.who = inner.who
-        self.grad = grad
-        self.reference = reference
-        self.upstream: Upstream | None = None
 
     def call(self, inputs: dict[str, np.ndarray], kwargs: dict[str, Any]) -> dict[str, np.ndarray]:
         jax = self.adapter.jax  # type: ignore[attr-defined]
