@@ -52,6 +52,14 @@ TOML = (
         dims={"M": 4, "N": 5, "K": [1, 16, 32, 33, 64, 100]},
     )
     + op_toml(
+        "matmul_any",
+        module="diag_ops:matmul_overwrite",
+        reference="diag_ops:matmul_ref",
+        distributions=["normal", "uniform", "subnormal"],
+        inputs={"a": ["M", "K"], "b": ["K", "N"]},
+        dims={"M": (1, 64, 8), "N": (1, 64, 8), "K": (1, 256, 64)},
+    )
+    + op_toml(
         "attention",
         module="diag_ops:scores_no_scale",
         reference="diag_ops:scores_ref",
@@ -89,6 +97,15 @@ TOML = (
         dims={"B": (1, 8, 2), "N": (1, 64, 8)},
     )
     + op_toml(
+        "bias",
+        module="diag_ops:bias_tail_128",
+        reference="diag_ops:bias_ref",
+        layouts=["contiguous"],
+        distributions=["normal", "constant_rows"],
+        inputs={"x": ["B", "N"], "bias": ["N"]},
+        dims={"B": (1, 64, 8), "N": (1, 4096, 1024)},
+    )
+    + op_toml(
         "masked",
         module="diag_ops:softmax_plain",
         reference="diag_ops:masked_softmax_ref",
@@ -112,6 +129,33 @@ def scale_tail(x):
     if n % 128:
         y[..., (n // 128) * 128:] *= 3  # the partial last tile is wrong
     return y
+
+
+def bias_ref(x, bias):
+    return x + bias
+
+
+def _bias_tail(x, bias, block):
+    n = x.shape[-1]
+    y = np.empty_like(x)
+    for start in range(0, n, block):
+        w = min(block, n - start)
+        # the partial last tile reads bias[:w], not bias[start:start + w]: right only while it is the first tile
+        b = bias[start:start + w] if w == block else bias[:w]
+        y[..., start:start + w] = (np.asarray(x[..., start:start + w], dtype=np.float32) + b).astype(x.dtype)
+    return y
+
+
+def bias_tail_64(x, bias):
+    return _bias_tail(x, bias, 64)
+
+
+def bias_tail_128(x, bias):
+    return _bias_tail(x, bias, 128)
+
+
+def bias_tail_256(x, bias):
+    return _bias_tail(x, bias, 256)
 
 
 def scale_size_one(x):
@@ -696,3 +740,64 @@ def test_the_power_of_two_reading_waits_for_evidence_against_the_block_readings(
     cases, extra = split(rows)
     text = diagnose_cases(cases, cfg.op("rows"), probes=extra)
     assert "power of two" not in text and why in text, text
+
+
+@pytest.mark.parametrize("block", [64, 128, 256])
+def test_a_passing_case_that_meets_a_condition_refutes_it(cfg: Config, block: int) -> None:
+    """A tail that reads bias[:w] fails iff N % block != 0 and N > block. N = 13 * block passes though it
+    is not a power of two: "N is not a power of two" must not be stated (issue 29 item 3), and passing
+    sizes below the block do not make "N % block != 0" the weaker reading."""
+    module = f"diag_ops:bias_tail_{block}"
+    sizes = [2, 3, 9, 100, 64, 1024, 4 * block, 13 * block, 3 * block + 8, 3 * block + 1, 4093, block // 2, block]
+    op = cfg.op("bias")
+    specs = [spec_with(op, i, dims={"N": n}, distribution="normal") for i, n in enumerate(sizes)]
+    # constant rows hide it (bias[:w] == bias[start:start + w] when every bias value is the same)
+    hidden = [3 * block + 5, 5 * block + 3]
+    specs += [spec_with(op, 50 + i, dims={"N": n}, distribution="constant_rows") for i, n in enumerate(hidden)]
+    cases = run_all(cfg, "bias", specs, module)
+    text = diagnosed(cfg, "bias", cases, module)
+    fails = [c.spec.dims["N"] for c in cases if c.status == "failed"]
+    assert sorted(fails) == sorted(n for n in sizes if n % block and n > block), text
+    assert "power of two" not in text, text
+    assert re.match(rf"fails (iff|only if) N % {block} != 0 and N > {block - 1}", text) or re.match(
+        rf"fails (iff|only if) N % {block} != 0 and N > {block}", text
+    ), text
+
+
+@pytest.mark.parametrize(
+    ("op_name", "module", "dims", "expect"),
+    [
+        ("bias", "diag_ops:bias_tail_128", {"N": 3789}, r"fails iff N % 128 != 0 and N > 12[78] "),
+        ("rows", None, {"N": 200}, r"fails iff N % 128 != 0 "),
+        ("matmul", None, {"K": 100}, r"fails iff K > 32 "),
+        ("layout", None, {"B": 4, "N": 16}, r"fails iff layout != contiguous "),
+    ],
+)
+def test_one_failing_case_is_enough_to_find_the_condition(cfg, op_name, module, dims, expect) -> None:
+    """--fail-fast stops at the first failure: no passing case to contrast with. Confirmation cases must
+    still tell the conditions apart (the op's default dims first, the likeliest to pass), never "fails on
+    every case" from two failing cases, nor a condition no confirmation case could have refuted."""
+    op = cfg.op(op_name)
+    layout = "transposed" if op_name == "layout" else "contiguous"
+    cases = run_all(cfg, op_name, [spec_with(op, 5, dims=dims, layout=layout)], module)
+    assert [c.status for c in cases] == ["failed"]
+    text = diagnosed(cfg, op_name, cases, module)
+    assert re.match(expect, text), text
+
+
+def test_a_condition_is_tested_where_it_says_the_op_passes(cfg: Config) -> None:
+    """K > 32 overwritten accumulator; the only strided case drawn passes because its values are subnormal
+    (the error is below tolerance). "fails only if layout != strided" fits those cases; a confirmation case
+    made strided (and ordinary) fails, and the line says what survives."""
+    op = cfg.op("matmul_any")
+    specs = [
+        spec_with(op, 1, dims={"K": 16}, layout="transposed", distribution="normal"),
+        spec_with(op, 2, dims={"K": 96}, layout="strided", distribution="subnormal"),
+        spec_with(op, 3, dims={"K": 122}, layout="transposed", distribution="normal"),
+    ]
+    cases = run_all(cfg, "matmul_any", specs)
+    assert [c.status for c in cases] == ["passed", "passed", "failed"]
+    text = diagnosed(cfg, "matmul_any", cases)
+    head = text.split(";")[0]
+    stated = re.match(r"fails (iff|only if) (distribution in \{normal, uniform\} and )?K > 32", head)
+    assert "layout" not in head and stated, text

@@ -8,7 +8,10 @@ op fails, every such condition that all its failing cases meet is a *candidate*.
 apart by **confirmation cases**: the simplest failing case with one feature changed (a dim set to a size
 that separates tile sizes 32, 64, 128 and 256, another layout, dtype or distribution), each chosen to split
 the candidates that still fit, at most ``PROBE_BUDGET`` per op. A candidate that a confirmation case
-refutes (the op fails where it says it should not) is dropped.
+refutes (the op fails where it says it should not) is dropped. The last ``CHALLENGES`` of them test the
+condition about to be stated where it says the op passes (and, for "iff", where it says it fails), so no
+condition is stated that no case could have refuted; a run of few cases (--fail-fast) also proposes
+conditions from the planned cases' values and tries the op's default dims first.
 
 A condition is stated ("fails iff ...") only when confirmation cases ran and it is the one candidate
 left that every case fits; sizes that no case told apart are named as such. Failing that, two triggers
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +43,12 @@ PROBE_BUDGET = 16
 #: Share of the run's input elements the confirmation cases may add (at least the budget's worth of cases the
 #: size of the one varied).
 COST_SHARE = 0.2
+#: Confirmation cases of the budget kept to test the condition to be stated where it says the op passes.
+CHALLENGES = 3
+#: Runs of fewer cases than this propose conditions from the confirmation cases' planned values too.
+SPARSE_RUN = 8
+#: Further confirmation cases such a run may spend: it ran few cases of its own.
+SPARSE_EXTRA = 8
 #: Candidates (best first) a probe is chosen to split.
 TOP_CANDIDATES = 40
 #: Sizes worth a confirmation case: edges, small primes, and 3 * 2**k, which is a multiple of 2**k but
@@ -60,6 +70,7 @@ class Predicate:
     threshold: int | None = None
     kind: str = ""
     narrowed: bool = False  # "A and N > 1": the second part only excepts sizes that hide the bug
+    parts: tuple[Predicate, ...] = ()  # the two sides of "A and B"
 
 
 @dataclass(frozen=True)
@@ -93,10 +104,13 @@ def _input_max(c: Any) -> float | None:
     return float(v) if isinstance(v, (int, float)) else None
 
 
-def _atoms(cases: list[Any], bad: list[Any]) -> list[Predicate]:
+def _atoms(cases: list[Any], bad: list[Any], planned: list[Any] = ()) -> list[Predicate]:  # type: ignore[assignment]
+    """Single conditions over the values the features take in ``cases`` and in the ``planned`` confirmation
+    cases (not yet run), so a condition the cases run so far cannot state can still be put to the test."""
     preds: list[Predicate] = []
+    seen = [*cases, *planned]
     for attr in ("layout", "dtype", "distribution"):
-        values = sorted({getattr(c.spec, attr) for c in cases})
+        values = sorted({getattr(c.spec, attr) for c in seen})
         if len(values) < 2:
             continue
         for v in values:
@@ -118,9 +132,9 @@ def _atoms(cases: list[Any], bad: list[Any]) -> list[Predicate]:
                     kind=attr,
                 )
             )
-    dims = sorted({d for c in cases for d in c.spec.dims})
+    dims = sorted({d for c in seen for d in c.spec.dims})
     for d in dims:
-        values = sorted({c.spec.dims.get(d, 0) for c in cases})
+        values = sorted({c.spec.dims.get(d, 0) for c in seen})
         if len(values) < 2:
             continue
         for v in sorted({c.spec.dims.get(d, 0) for c in bad})[:3]:
@@ -303,6 +317,7 @@ def _joined(a: Predicate, b: Predicate, word: str, decides: bool, rank: int, sep
         block=(a.block or b.block) if block else None,
         threshold=a.threshold or b.threshold,
         kind=f"{a.kind}{sep}{b.kind}",
+        parts=() if decides else (a, b),
     )
 
 
@@ -310,10 +325,11 @@ def _conj(a: Predicate, b: Predicate) -> Predicate:
     return _joined(a, b, "and", False, 10, "+", block=True)
 
 
-def candidates(bad: list[Any], good: list[Any]) -> list[Predicate]:
+def candidates(bad: list[Any], good: list[Any], planned: list[Any] = ()) -> list[Predicate]:  # type: ignore[assignment]
     """Every condition all failing cases meet (atoms, then pairs of them), best first: fewest passing
-    cases meeting it, then the simplest."""
-    atoms = [p for p in _atoms(bad + good, bad) if _necessary(p, bad)]
+    cases meeting it, then the simplest. ``planned``: confirmation cases not yet run, whose features count
+    as values a condition may split on (with no passing case, the failing ones alone offer none)."""
+    atoms = [p for p in _atoms(bad + good, bad, planned) if _necessary(p, bad)]
     hits = {id(p): _hits(p, good) for p in atoms}
     out = list(atoms)
     for a, b in itertools.combinations(sorted(atoms, key=lambda p: p.rank), 2):
@@ -365,13 +381,33 @@ def find_necessary(bad: list[Any], good: list[Any]) -> tuple[Predicate, int] | N
     # one feature before two: a pair that only explains where the bug hides says less than the atom it narrows
     atoms = [ph for ph in fits if "+" not in ph[0].kind]
     minority = len(bad) <= len(good)
-    pick = min(atoms or fits, key=lambda ph: (minority and _hiding_values(ph[0]), ph[1], ph[0].rank), default=None)
-    if pick is not None and "+" not in pick[0].kind:
-        pick = _narrow(pick[0], pick[1], bad, good) or pick
-    return pick
+    if atoms:
+        # each atom as narrowed, then compared by the passing cases with ordinary values that still meet it:
+        # such a case is evidence against a reading, not values that hide the bug, so "N is not a power of two
+        # and N > 127" with N = 1664 (normal values) passing loses to "N % 128 != 0 and N > 127", which only
+        # constant rows meet, though its atom alone meets more passing cases
+        rivals = [p for p in _atoms(bad + good, bad) if _necessary(p, bad) and p.kind != "pow2"]
+        fits = [(_narrow(p, h, bad, good, rivals) or (p, h), p, h) for p, h in atoms]
+        best = min(
+            fits,
+            key=lambda f: (minority and _hiding_values(f[1]), _plain_hits(f[0][0], good), f[2], f[1].rank),
+        )
+        return best[0]
+    return min(fits, key=lambda ph: (minority and _hiding_values(ph[0]), ph[1], ph[0].rank), default=None)
 
 
-def _narrow(atom: Predicate, hits: int, bad: list[Any], good: list[Any]) -> tuple[Predicate, int] | None:
+#: Value distributions that hide no bug a condition on shapes, layouts or dtypes names.
+PLAIN_VALUES = ("normal", "uniform")
+
+
+def _plain_hits(pred: Predicate, good: list[Any]) -> int:
+    """Passing cases with ordinary values (normal, uniform) that meet ``pred``: evidence against it."""
+    return sum(1 for c in good if c.spec.distribution in PLAIN_VALUES and _holds(pred, c))
+
+
+def _narrow(
+    atom: Predicate, hits: int, bad: list[Any], good: list[Any], necessary: list[Predicate]
+) -> tuple[Predicate, int] | None:
     """``atom and N > 1`` (or ``and N % 64 != 0``) when a condition on a size is necessary too and shown
     to matter.
 
@@ -382,13 +418,15 @@ def _narrow(atom: Predicate, hits: int, bad: list[Any], good: list[Any]) -> tupl
     """
     best: tuple[tuple[int, int, int], Predicate] | None = None
     inside = [c for c in good if _holds(atom, c)]
-    # the rivals a size exception is told apart from: block and bound readings ("N is not a power of two" is
-    # stated alone, never narrowed)
-    necessary = [p for p in _atoms(bad + good, bad) if _necessary(p, bad) and p.kind != "pow2"]
+    # ``necessary``: the rivals a size exception is told apart from, block and bound readings ("N is not a
+    # power of two" is stated alone, never narrowed)
     for e in necessary:
         if e.kind not in ("above", "below", "modulo") or (e.kind, e.dim) == (atom.kind, atom.dim):
             continue
-        pair = dataclasses.replace(_conj(atom, e), narrowed=True)
+        # a block before a bound in the text: "N % 128 != 0 and N > 128" is a tail read wrong past the first
+        # block, named by its block
+        first, second = (e, atom) if e.kind == "modulo" and atom.kind in ("above", "below") else (atom, e)
+        pair = dataclasses.replace(_conj(first, second), narrowed=True)
         h = _hits(pair, good)
         # a block before a bound (the simpler reading); of sizes the cases do not tell apart, the weakest
         # claim: N % 64 before N % 8, N > 1 before N > 32
@@ -532,12 +570,28 @@ def _probe_values(dim: DimSpec) -> list[int]:
     return sorted(v for v in vals if dim.min <= v <= dim.max)
 
 
+def _aligned_near(dim: DimSpec, v: int | None) -> list[int]:
+    """For each block b, the size nearest ``v`` that is a multiple of b but not of 2b: one case tells a block
+    of b from the next at the failing size's own scale ("N % 2 != 0" from "N % 128 != 0" where only N > 512
+    fails, which 3 * 2**k sizes below 512 cannot)."""
+    if v is None or dim.candidates is not None:
+        return []
+    out = []
+    b = 1
+    while 2 * b <= dim.max:
+        near = round((v - b) / (2 * b)) * 2 * b + b
+        if dim.min <= near <= dim.max:
+            out.append(near)
+        b *= 2
+    return out
+
+
 def _probe_points(base: CaseResult, op: OpConfig) -> list[tuple[dict[str, Any], _Point]]:
     """Single-feature changes of the representative failing case, with the spec each would run."""
     out: list[tuple[dict[str, Any], _Point]] = []
     spec = base.spec
     for name in sorted(op.dims):
-        for v in _probe_values(op.dims[name]):
+        for v in sorted({*_probe_values(op.dims[name]), *_aligned_near(op.dims[name], spec.dims.get(name))}):
             if v == spec.dims.get(name):
                 continue
             dims = dict(spec.dims, **{name: v})
@@ -584,16 +638,21 @@ def confirm(cases: list[CaseResult], op: OpConfig, probe: Probe, budget: int = P
     """Run up to ``budget`` confirmation cases that split the candidate conditions; their results.
 
     Their inputs add up to at most ``COST_SHARE`` of the run's input elements (or ``budget`` cases the
-    size of the failing case they vary, for short runs): a bound on the extra work that does not depend
-    on the machine, so the same run gives the same diagnosis everywhere.
+    size of the failing case they vary or of the op's default dims, for short runs): a bound on the extra
+    work that does not depend on the machine, so the same run gives the same diagnosis everywhere.
     """
     failing = [c for c in cases if _verdict(c) == "failed"] or [c for c in cases if _verdict(c) == "error"]
     if not failing:
         return []
     want = _verdict(failing[0])
     base = _representative(failing)
-    # a share of the run, or the budget's worth of cases the size of the one varied (short runs of small cases)
-    allowance = max(COST_SHARE * sum(_cost(op, c.spec.dims) for c in cases), budget * _cost(op, base.spec.dims))
+    # a share of the run, or the budget's worth of cases the size of the one varied or of the op's default
+    # dims (short runs of small cases: a --fail-fast run that stops at N = 1 must still afford N = 128)
+    defaults = {name: d.default for name, d in op.dims.items()}
+    allowance = max(
+        COST_SHARE * sum(_cost(op, c.spec.dims) for c in cases),
+        budget * max(_cost(op, base.spec.dims), _cost(op, defaults)),
+    )
     ran: list[CaseResult] = []
     canon: dict[str, Any] = {}
     for attr, options, prefer in (
@@ -608,19 +667,33 @@ def confirm(cases: list[CaseResult], op: OpConfig, probe: Probe, budget: int = P
         # vary a plain failing case when there is one (ordinary values, float32, contiguous): odd values and
         # half precision hide many bugs (wide rows hide a leak of exp(0 - max), long float16 rows a small
         # one), and a confirmation case must be able to show the bug
-        first = probe(base.spec, canon)
+        first = _run_probe(probe, base.spec, canon)
         allowance -= _cost(op, base.spec.dims)
         if first is not None:
-            first.features = dict(first.features or {}, probe=True)
             ran.append(first)
             if _verdict(first) == want:
                 base = first
+    moved = {name: v for name, v in defaults.items() if base.spec.dims.get(name) != v}
+    if moved and len(ran) < budget and not any(_verdict(c) == "passed" for c in cases + ran):
+        # nothing passed yet (a --fail-fast run, or a bug almost everywhere): the op's default dims, the "nice
+        # shape" most kernels are right at, is the case likeliest to pass, and one passing case is what lets
+        # the candidates be told apart (else each size probed near N = 1 only refutes "N < t" one t at a time)
+        plain = _run_probe(probe, base.spec, {"dims": moved})
+        allowance -= _cost(op, defaults)
+        if plain is not None:
+            ran.append(plain)
     points = _probe_points(base, op)
-    for _ in range(budget - len(ran)):
+    # a run this short (a --fail-fast run stopped at its first failure) samples no feature's values well enough
+    # to propose the conditions from them: those the planned cases could refute count too ("N > 32" with only
+    # N = 3789 and the default N = 1024 run)
+    sparse = len(cases) < SPARSE_RUN
+    if sparse:
+        budget += SPARSE_EXTRA
+    for _ in range(budget - len(ran) - CHALLENGES):
         evidence = cases + ran
         bad = [c for c in evidence if _verdict(c) == want]
         good = [c for c in evidence if _verdict(c) == "passed"]
-        pool = candidates(bad, good)
+        pool = candidates(bad, good, [p for _, p in points] if sparse else [])
         if not pool:
             break
         floor = _hits(pool[0], good)
@@ -637,14 +710,100 @@ def confirm(cases: list[CaseResult], op: OpConfig, probe: Probe, budget: int = P
         changes, point = choice
         points = [p for p in points if p[0] != changes]
         allowance -= _cost(op, point.spec.dims)
-        result = probe(base.spec, changes)
-        if result is None:
-            continue
-        result.features = dict(result.features or {}, probe=True)
-        ran.append(result)
+        if (result := _run_probe(probe, base.spec, changes)) is not None:
+            ran.append(result)
     if want == "failed":
-        ran += _confirm_sides(cases, ran, op, probe, budget - len(ran), allowance)
+        ran += _confirm_sides(cases, ran, op, probe, budget - len(ran) - CHALLENGES, allowance)
+    ran += _challenge(cases, ran, base, op, probe, budget - len(ran), allowance, want)
     return ran
+
+
+def _run_probe(probe: Probe, spec: CaseSpec, changes: dict[str, Any]) -> CaseResult | None:
+    """A confirmation case's result (None: it could not run), marked as one (``_flips`` reads the mark)."""
+    result = probe(spec, changes)
+    if result is not None:
+        result.features = dict(result.features or {}, probe=True)
+    return result
+
+
+def _challenge(
+    cases: list[CaseResult],
+    ran: list[CaseResult],
+    base: CaseResult,
+    op: OpConfig,
+    probe: Probe,
+    budget: int,
+    allowance: float,
+    want: str,
+) -> list[CaseResult]:
+    """Confirmation cases that try to refute the condition the line would state: the representative failing
+    case with one feature changed so the condition is false (where it says the op passes), each side of "A
+    and B" on its own; and for "fails iff", once, changed as far as it goes while the condition still holds
+    (where it says the op fails: "N % 128 != 0" at N = 3). A condition no confirmation case could have refuted
+    is only a pattern in the cases drawn ("fails only if layout != strided" because the one strided case drawn
+    held subnormals); one refuted gives way to the next. Stops once the stated condition has stood both."""
+    out: list[CaseResult] = []
+    tried: set[str] = set()
+    far_tested: set[str] = set()
+    for _ in range(max(budget, 0)):
+        evidence = cases + ran + out
+        bad = [c for c in evidence if _verdict(c) == want]
+        good = [
+            c
+            for c in evidence
+            if (_verdict(c) == "passed" and not _unjudged(c)) or (want == "error" and _verdict(c) == "failed")
+        ]
+        stated = find_condition(bad, good)
+        exact = stated is not None
+        if stated is None:
+            found = find_necessary(bad, good)
+            stated = found[0] if found else None
+        if stated is None or stated.kind == "always":
+            break
+        probes = [c for c in good if (c.features or {}).get("probe")]
+        side = next((p for p in stated.parts or (stated,) if not any(p.test(c) is False for c in probes)), None)
+        points = [
+            (changes, point)
+            for changes, point in _probe_points(base, op)
+            if repr(changes) not in tried and _cost(op, point.spec.dims) <= allowance
+        ]
+        if side is not None:
+            options = [(c, p) for c, p in points if side.test(p) is False]
+            pick = min(options, key=lambda cp: _nearness(cp[0], base), default=None)
+        elif exact and stated.text not in far_tested:
+            far_tested.add(stated.text)
+            read = {f for p in stated.parts or (stated,) if (f := _feature(p))}
+            options = [(c, p) for c, p in points if stated.test(p) is True and _changed(c) in read]
+            pick = max(options, key=lambda cp: _nearness(cp[0], base), default=None)
+        else:
+            break  # it passed where it says the op passes, and failed where it says it fails
+        if pick is None:
+            if side is not None:
+                break
+            continue
+        changes, point = pick
+        tried.add(repr(changes))
+        allowance -= _cost(op, point.spec.dims)
+        if (result := _run_probe(probe, base.spec, changes)) is not None:
+            out.append(result)
+    return out
+
+
+def _changed(changes: dict[str, Any]) -> str:
+    """The feature a one-feature change sets, as :func:`_feature` names it (``dims.N``, ``layout``, ...)."""
+    dims = changes.get("dims")
+    return f"dims.{next(iter(dims))}" if dims else next(iter(changes))
+
+
+def _nearness(changes: dict[str, Any], base: CaseResult) -> float:
+    """How far a one-feature change moves a case: a size by its ratio to the current one (K = 96 is nearer
+    K = 122 than K = 1 is), any other feature by one step."""
+    dims = changes.get("dims")
+    if not dims:
+        return 1.0
+    ((name, v),) = dims.items()
+    cur = max(int(base.spec.dims.get(name, 1) or 1), 1)
+    return abs(math.log(max(v, 1) / cur))
 
 
 def _confirm_sides(
@@ -682,10 +841,8 @@ def _confirm_sides(
             if _cost(op, dims) > allowance:
                 continue
             allowance -= _cost(op, dims)
-            result = probe(x.spec, changes)
-            if result is None:
+            if (result := _run_probe(probe, x.spec, changes)) is None:
                 continue
-            result.features = dict(result.features or {}, probe=True)
             out.append(result)
             progressed = True
         if not progressed:
