@@ -444,3 +444,29 @@ def test_defines_with_shell_characters_are_refused(tmp_path, tools) -> None:
     out = compile_cuda(tools, src, tmp_path / "work", defines=["SCALE=$(touch PWNED)"])
     assert not out.ok and out.command == [] and "shell characters" in out.messages[0].message
     assert list(tmp_path.rglob("PWNED*")) == []
+
+
+def _without_sass(tools):
+    import dataclasses
+
+    return dataclasses.replace(tools, cuobjdump=None, nvdisasm=None)
+
+
+def test_a_definite_violation_fails_though_sass_cannot_be_read(tools, tmp_path) -> None:
+    """Issue 29 item 5: set-up "1." has nvcc and ptxas but no cuobjdump. A kernel over its local-memory limit,
+    or with a forbidden PTX instruction, is FAIL (not ERROR because an unrelated SASS pattern could not be
+    read); the SASS patterns are one "not checked" finding naming the extra; a kernel whose only problem is
+    an unreadable check is ERROR, never PASS."""
+    no_sass = _without_sass(tools)
+    checks = ArtifactChecks(max_local_memory_bytes=0, forbidden_instructions=("LDL", "STL", "re:vprintf"))
+    bad = lint_kernel(KernelSpec("local_array", DATA / "local_array.cu", checks=checks), tmp_path / "c1", no_sass)
+    assert bad.status == "failed", format_text([bad])
+    unchecked = only(bad.findings, "artifact-unavailable")
+    assert unchecked.message.startswith("not checked: forbidden SASS pattern `LDL`, forbidden SASS pattern `STL`")
+    assert "install gpuemu-ls[cuda]" in unchecked.message
+    assert only(bad.findings, "max-local-memory")
+    printf = lint_kernel(KernelSpec("uses_printf", DATA / "forbidden.cu", checks=checks), tmp_path / "c2", no_sass)
+    assert printf.status == "failed" and only(printf.findings, "forbidden-instruction")
+    clean = ArtifactChecks(forbidden_instructions=("LDL",))
+    ok = lint_kernel(KernelSpec("vector_add", DATA / "vector_add.cu", checks=clean), tmp_path / "c3", no_sass)
+    assert ok.status == "error" and only(ok.findings, "artifact-unavailable"), format_text([ok])

@@ -74,8 +74,7 @@ def _finish(
     result.sass_histogram = art.sass_counts
     if unit.sass_tool is None:
         sass_reason = unit.sass_error or (
-            "neither cuobjdump nor nvdisasm found: pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm "
-            "(part of gpuemu-ls's [cuda] extra)"
+            "neither cuobjdump nor nvdisasm found: install gpuemu-ls[cuda]"
             if unit.assembled
             else "nothing was assembled (ptxas not found)"
         )
@@ -97,7 +96,10 @@ def _finish(
             if first is not None:
                 result.message += f" (elsewhere in the file: {first.message})"
     elif any(f.code in TOOLING_CODES for f in lint):
-        result.status = "error"
+        # a definite violation fails the kernel whatever else could not be checked (a found `membar.sys` is a
+        # FAIL without cuobjdump too); without one, a check that could not run never passes
+        definite = any(f.severity == "error" and f.code not in TOOLING_CODES for f in result.findings)
+        result.status = "failed" if definite else "error"
         result.message = "some checks could not be evaluated"
     else:
         result.status = status_from_findings(result.findings)

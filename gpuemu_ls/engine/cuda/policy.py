@@ -155,6 +155,9 @@ def check_instructions(
 ) -> list[Finding]:
     """Forbidden patterns must not match; required ones must match at least once."""
     out: list[Finding] = []
+    # the patterns no artifact could be read for, by why: one "not checked" finding per reason, not one per
+    # pattern each repeating the install hint
+    unchecked: dict[str, list[str]] = {}
     texts_cache: list[dict[str, dict[str, list[str]]] | None] = []
 
     def texts_for(artifact: str) -> list[str] | None:
@@ -176,25 +179,11 @@ def check_instructions(
         label = pattern.artifact.upper()
         if counts is None:
             why = sass_unavailable_reason if pattern.artifact == "sass" else "no PTX was produced"
-            out.append(
-                anchor.finding(
-                    "error",
-                    CODE_UNAVAILABLE,
-                    f"cannot check {kind} pattern `{raw}`: {label} unavailable ({why})",
-                    kernel,
-                )
-            )
+            unchecked.setdefault(str(why), []).append(f"{kind} {label} pattern `{raw}`")
             continue
         texts = texts_for(pattern.artifact) if pattern.needs_text else None
         if pattern.needs_text and texts is None:
-            out.append(
-                anchor.finding(
-                    "error",
-                    CODE_UNAVAILABLE,
-                    f"cannot check {kind} pattern `{raw}`: {label} instruction texts unavailable",
-                    kernel,
-                )
-            )
+            unchecked.setdefault(f"{label} instruction texts unavailable", []).append(f"{kind} pattern `{raw}`")
             continue
         found = _matches(pattern, counts, texts)
         total = sum(found.values())
@@ -220,4 +209,6 @@ def check_instructions(
                     value=0,
                 )
             )
+    for why, patterns in unchecked.items():
+        out.append(anchor.finding("error", CODE_UNAVAILABLE, f"not checked: {', '.join(patterns)} ({why})", kernel))
     return out
