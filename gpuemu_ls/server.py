@@ -28,13 +28,13 @@ from pygls.protocol import LanguageServerProtocol, lsp_method
 from pygls.protocol.json_rpc import RPCRequest
 
 from ._version import __version__
+from .diagnostics.code_actions import COMMANDS
+from .diagnostics.diagnostics import workspace_diagnostics
 from .engine.config.keys import CONFIG_NAME
 from .engine.config.load import find_workspace
 from .engine.run.zygote import get_zygote
 from .engine.safe_read import read_text
-from .features.code_actions import COMMANDS
 from .features.commands import command_handler, run_requested
-from .features.diagnostics import workspace_diagnostics
 from .features.params import checked, run_params, uri_to_path
 from .features.progress import job_progress, run_ended
 from .features.registration import register_optional_features, setup_watching

@@ -15,6 +15,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "gpuemu_ls"
 STAGES = ("config", "cases", "oracle", "store", "run", "report", "tools")
 FOUNDATIONS = ("errors", "dtypes", "private_files", "replace_file", "safe_read", "cuda")
 FACES = ("gpuemu_ls.cli", "gpuemu_ls.gate", "gpuemu_ls.args", "gpuemu_ls.server", "gpuemu_ls.features")
+FACES += ("gpuemu_ls.diagnostics",)
 FACES += ("gpuemu_ls.session", "gpuemu_ls.api", "gpuemu_ls.pytest_plugin", "pygls", "lsprotocol")
 
 

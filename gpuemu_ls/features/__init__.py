@@ -1,5 +1,5 @@
-"""Language-server features over engine results: diagnostics, code actions, hover, ranges, the gpuemu.toml
-features, Test Explorer payloads, commands, progress, and which of them are registered.
+"""Language-server request handlers: hover requests, the gpuemu.toml features, Test Explorer payloads, commands,
+progress, and which of them are registered (what they show of engine results comes from ``diagnostics/``).
 
 Imports the engine and lsprotocol types; ``server.py`` wires these into pygls.
 """

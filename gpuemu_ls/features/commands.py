@@ -12,12 +12,12 @@ from typing import Any
 
 from lsprotocol import types as lsp
 
+from ..diagnostics.code_actions import CALIBRATE, MINIMIZE, REPRODUCE, RUN_ALL, RUN_OP, RUN_QUICK, RUN_THOROUGH
 from ..engine.config.keys import CONFIG_NAME
 from ..engine.config.model import Config, OpConfig
 from ..session.jobs import Job
 from ..session.workspace import WorkspaceSession
 from . import Server
-from .code_actions import CALIBRATE, MINIMIZE, REPRODUCE, RUN_ALL, RUN_OP, RUN_QUICK, RUN_THOROUGH
 from .params import command_params
 from .test_explorer import item_id
 

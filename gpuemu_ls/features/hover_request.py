@@ -1,14 +1,14 @@
 """``textDocument/hover``: which op or kernel, or which gpuemu.toml key, the cursor is on, and its hover
-(the texts themselves are built in :mod:`.hover` and :mod:`.toml_hover`)."""
+(the texts themselves are built in :mod:`gpuemu_ls.diagnostics.hover` and :mod:`.toml_hover`)."""
 
 from __future__ import annotations
 
 from lsprotocol import types as lsp
 
+from ..diagnostics.hover import kernel_hover, op_hover
+from ..diagnostics.ranges import op_header_range, op_target
 from . import Server
-from .hover import kernel_hover, op_hover
 from .params import request_path, toml_document
-from .ranges import op_header_range, op_target
 from .toml_hover import toml_key_hover
 
 

@@ -11,10 +11,10 @@ from urllib.parse import unquote, urlparse
 
 from pygls.exceptions import JsonRpcInvalidParams
 
+from ..diagnostics.code_actions import CALIBRATE, MINIMIZE, REPRODUCE, RUN_ALL, RUN_OP, RUN_QUICK, RUN_THOROUGH
 from ..engine.config.keys import CONFIG_NAME, MAX_ITERATIONS, MAX_SEED
 from ..options import MODES
 from . import Server
-from .code_actions import CALIBRATE, MINIMIZE, REPRODUCE, RUN_ALL, RUN_OP, RUN_QUICK, RUN_THOROUGH
 from .test_explorer import RUN_OPS
 
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")

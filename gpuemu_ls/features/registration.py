@@ -8,9 +8,9 @@ import logging
 
 from lsprotocol import types as lsp
 
+from ..diagnostics.code_actions import code_actions, code_lenses
 from ..session.watcher import FileWatcher
 from . import Server
-from .code_actions import code_actions, code_lenses
 from .hover_request import document_hover
 from .params import request_path, toml_document
 from .toml_completion import TRIGGER_CHARACTERS, toml_completions

@@ -8,10 +8,10 @@ from typing import Any
 
 from lsprotocol import types as lsp
 
+from ..diagnostics.ranges import op_header_range, op_target
 from ..session.jobs import Job
 from ..session.workspace import WorkspaceSession
 from . import Server
-from .ranges import op_header_range, op_target
 
 DISCOVER_OPS, RUN_OPS, OP_STATE = "gpuemu/discoverOps", "gpuemu/runOps", "gpuemu/opState"
 
@@ -177,7 +177,7 @@ def discover(ls: Server, s: WorkspaceSession) -> dict[str, Any]:
 
 
 def op_header_range_kernel(cfg: Any, index: int) -> lsp.Range:
-    from .ranges import kernel_header_range
+    from ..diagnostics.ranges import kernel_header_range
 
     return kernel_header_range(cfg, index)
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from lsprotocol import types as lsp
 
+from ..diagnostics.ranges import top_level_functions
 from ..engine.config.keydocs import (
     ARRAY_TABLES,
     BOOL_KEYS,
@@ -24,7 +25,6 @@ from ..engine.config.keydocs import (
     VALUE_DOCS,
     key_doc,
 )
-from .ranges import top_level_functions
 from .toml_context import HEADER, Spot, analyze, enclosing_header, split_key
 
 TRIGGER_CHARACTERS = ['"', "[", ".", ":", "/"]

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from lsprotocol import types as lsp
 
+from ..diagnostics.ranges import callable_target
 from ..engine.config.model import is_callable_ref
-from .ranges import callable_target
 from .toml_context import analyze, string_at
 
 #: (table, key) whose string value names code.

@@ -1,13 +1,14 @@
 """Hover docs on every key of gpuemu.toml (and on the names a key takes), from the server, so that every
 editor has them; the ``[[ops]]`` and ``[[kernels]]`` entries themselves show their results instead
-(:mod:`.hover`). Text from the buffer is escaped like every hover (:func:`.hover.md`)."""
+(:mod:`gpuemu_ls.diagnostics.hover`). Text from the buffer is escaped like every hover
+(:func:`gpuemu_ls.diagnostics.hover.md`)."""
 
 from __future__ import annotations
 
 from lsprotocol import types as lsp
 
+from ..diagnostics.hover import code, md, own_links_only
 from ..engine.config.keydocs import ENUM_VALUES, FREE_DOCS, FREE_TABLES, KEYS, VALUE_DOCS, key_doc, schema_path
-from .hover import code, md, own_links_only
 from .toml_context import analyze, split_key, word_at
 
 

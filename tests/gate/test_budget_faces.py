@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from gatekit import check, gpuemu, out
 
+from gpuemu_ls.diagnostics.hover import op_hover
 from gpuemu_ls.engine.store.db import Store
-from gpuemu_ls.features.hover import op_hover
 from gpuemu_ls.session.workspace import WorkspaceSession
 
 OPS = """

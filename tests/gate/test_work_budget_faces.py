@@ -14,8 +14,8 @@ import pytest
 from gatekit import check, gpuemu, out
 
 from gpuemu_ls.api.client import Client
+from gpuemu_ls.diagnostics.hover import op_hover
 from gpuemu_ls.engine.store.db import Store
-from gpuemu_ls.features.hover import op_hover
 from gpuemu_ls.session.workspace import WorkspaceSession
 
 OPS = """

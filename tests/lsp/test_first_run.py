@@ -111,7 +111,7 @@ async def test_trace_setting_and_log_level_and_cancel_of_an_answered_request(edi
 def test_heatmap_only_when_it_carries_information() -> None:
     """Errors everywhere make an all-``@`` block: left out, the axes said in words; errors in some columns make a
     block of several shades: shown, with the columns counted exactly."""
-    from gpuemu_ls.features.hover import _where
+    from gpuemu_ls.diagnostics.hover import _where
 
     def row(grid: list[list[float]], col_runs: list[list[int]]) -> dict[str, Any]:
         feats = {"rows": 8, "bad_rows": 8, "bad_row_runs": [[0, 8]], "cols": 1000, "bad_col_runs": col_runs}
