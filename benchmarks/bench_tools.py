@@ -229,4 +229,58 @@ def peak_rss(quick: bool) -> dict[str, Any]:
     )
 
 
-BENCHMARKS = {6: relint, 7: scaling, 8: peak_rss}
+def _bugged_workspace(root: Path, n: int) -> Path:
+    """``n`` cheap numpy ops, one module each, 5 % of them with a planted bug (a scale off by 1 %)."""
+    files: dict[str, str] = {}
+    ops = []
+    for i in range(n):
+        factor = "1.01 * k" if i % 20 == 0 else "k"
+        files[f"k{i:04d}.py"] = (
+            "import numpy as np\n\n\ndef op(x, k):\n"
+            f"    return (np.asarray(x, dtype=np.float32) * np.float32({factor})).astype(x.dtype)\n"
+            "\n\ndef ref(x, k):\n    return x * k\n"
+        )
+        ops.append(
+            f'[[ops]]\nname = "op{i:04d}"\nmodule = "k{i:04d}:op"\nreference = "k{i:04d}:ref"\n'
+            '[ops.inputs.x]\nshape = ["B", "N"]\n[ops.dims]\nB = { min = 1, max = 16, default = 4 }\n'
+            f"N = {{ min = 1, max = 256, default = 64 }}\n[ops.kwargs]\nk = {i % 7 + 1}\n"
+        )
+    toml = '[validation]\ndtypes = ["float32"]\n' + "".join(ops)
+    return write_workspace(root, toml, files)
+
+
+def store_reads(quick: bool) -> dict[str, Any]:
+    """#12: `gpuemu failures`, `ops` and `report` after a thorough run: time per op at 10x the ops."""
+    small, big = (30, 300) if quick else (100, 1000)
+    iterations = 10
+    per_op: dict[str, dict[int, float]] = {"failures": {}, "ops": {}, "report": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in (small, big):
+            root = _bugged_workspace(Path(tmp) / f"ws{n}", n)
+            gate = [PYTHON, "-m", "gpuemu_ls", "ci", "--thorough", "--iterations", str(iterations), "--no-progress"]
+            proc = subprocess.run(gate, cwd=root, capture_output=True, text=True, check=False)
+            assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+            for command in per_op:
+                argv = [PYTHON, "-m", "gpuemu_ls", command]
+
+                def read(argv: list[str] = argv, root: Path = root) -> None:
+                    done = subprocess.run(argv, cwd=root, capture_output=True, text=True, check=False)
+                    assert done.returncode in (0, 1), done.stderr[-2000:]
+
+                per_op[command][n] = best_of(3, read) / n
+    growth = {c: round(t[big] / t[small], 2) for c, t in per_op.items()}
+    worst = max(growth.values())
+    return result(
+        12,
+        f"store reads after a thorough run ({iterations} cases/op, 5 % of ops failing): time per op at {big} ops"
+        f" vs {small} ops, worst of failures/ops/report",
+        worst,
+        "x per op",
+        "<= 1.5x",
+        worst <= 1.5,
+        growth=growth,
+        ms_per_op={c: {str(n): round(v * 1000, 2) for n, v in t.items()} for c, t in per_op.items()},
+    )
+
+
+BENCHMARKS = {6: relint, 7: scaling, 8: peak_rss, 12: store_reads}

@@ -56,6 +56,13 @@ READ_COLUMNS = {
     "snapshots": {"id", "data"},
     "cases": {"id", "run_id", "op", "seed", "status", "kind", "shapes", "detail", "snapshot_id", "created_at"},
 }
+#: Indexes for the reads the faces make, beyond schema 1's: (name, table, columns). The failures of a run's op
+#: (``WHERE run_id = ? AND op = ? ... ORDER BY id``: rowid order within the index, no sort, no scan of the
+#: run's other ops' cases) and the latest result per op.
+READ_INDEXES = (
+    ("idx_cases_run_id_op", "cases", ("run_id", "op")),
+    ("idx_op_results_kind_op_finished_at", "op_results", ("kind", "op", "finished_at")),
+)
 #: ``runs.owner`` of a row whose writer is known only by ``pid`` (rows of schema 1 still ``running``).
 OWNER_PID_ONLY = "pid"
 
@@ -229,6 +236,7 @@ class Store:
                 reason="newer",
             )
         self._migrate()
+        self._ensure_indexes()
         self.mark_interrupted()
 
     def _open_for_reading(self) -> None:
@@ -393,6 +401,16 @@ class Store:
                     (OWNER_PID_ONLY,),
                 )
             self.db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    def _ensure_indexes(self) -> None:
+        """The indexes every read a face makes needs, on stores made before they existed (built on the first
+        open for writing; no schema bump, so older versions keep reading and writing the store)."""
+        have = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'index'").fetchall()}
+        missing = [ix for ix in READ_INDEXES if ix[0] not in have]
+        if missing:
+            with self._write():
+                for name, table, columns in missing:
+                    self.db.execute(f"CREATE INDEX IF NOT EXISTS [{name}] ON [{table}] ({', '.join(columns)})")
 
     def mark_interrupted(self) -> int:
         """Mark ``running`` runs whose process is gone (killed with -9, a lost machine) as ``interrupted``.
@@ -646,9 +664,17 @@ class Store:
             return list(self.db.query(sql, params))
 
     def latest_op_results(self, kind: str | None = None) -> dict[str, dict[str, Any]]:
-        """The most recent result of every op (and kernel), whichever face produced it."""
+        """The most recent result of every op (and kernel), whichever face produced it.
+
+        One row per (kind, op) from SQLite, never every result ever stored: with ``max()`` a bare column is
+        read from the row that holds the maximum, and the (kind, op, finished_at) index serves the grouping."""
         where = "WHERE kind = :kind" if kind else ""
-        rows = self.query(f"SELECT * FROM op_results {where} ORDER BY finished_at", {"kind": kind} if kind else {})
+        rows = self.query(
+            f"SELECT *, max(finished_at) AS _latest FROM op_results {where} GROUP BY kind, op",
+            {"kind": kind} if kind else {},
+        )
+        for r in rows:
+            r.pop("_latest", None)
         return {f"{r['kind']}:{r['op']}" if not kind else r["op"]: r for r in rows}
 
     def run(self, run_id: str) -> dict[str, Any] | None:
@@ -849,6 +875,8 @@ def _create(path: Path) -> None:
             db = sqlite_utils.Database(conn)
             conn.execute("BEGIN IMMEDIATE")
             _create_schema_1(db)
+            for name, table, columns in READ_INDEXES:
+                conn.execute(f"CREATE INDEX [{name}] ON [{table}] ({', '.join(columns)})")
             conn.execute("ALTER TABLE runs ADD COLUMN owner TEXT")
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             conn.execute("COMMIT")
