@@ -91,3 +91,50 @@ def test_a_passing_workspace_and_a_bad_input(tmp_path: Path) -> None:
     assert (tmp_path / "summary.md").read_text().startswith("### gpuemu-ls: PASS")
     proc, _, outputs = _run(ws, tmp_path / "bad" if (tmp_path / "bad").mkdir() is None else tmp_path, mode="fast")
     assert proc.returncode == 2 and "mode must be quick or thorough" in proc.stderr, proc.stderr
+
+
+INSTALL_SH = ROOT / "ci" / "action" / "install.sh"
+
+
+@pytest.mark.parametrize("extras", ["", " ", "cuda", " cuda , triton ,", ",cuda"])
+def test_the_install_step_takes_any_extras_input_pip_can_install(tmp_path: Path, extras: str) -> None:
+    """Issue 29 item 6: `extras: ""` made the requirement "PATH[]", which pip rejects. The real pip resolves the
+    requirement the step builds (a dry run: nothing is installed)."""
+    e = env(GITHUB_ACTION_PATH=str(ROOT), GPUEMU_ACTION_EXTRAS=extras)
+    proc = subprocess.run(
+        ["bash", str(INSTALL_SH), "--dry-run", "--no-deps", "--no-build-isolation"],
+        cwd=tmp_path,
+        env=e,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Invalid requirement" not in proc.stderr
+
+
+def test_the_install_step_refuses_extras_that_are_not_names(tmp_path: Path) -> None:
+    e = env(GITHUB_ACTION_PATH=str(ROOT), GPUEMU_ACTION_EXTRAS="cuda]; rm -rf /")
+    proc = subprocess.run(["bash", str(INSTALL_SH)], cwd=tmp_path, env=e, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "extras must be comma-separated names" in proc.stderr, proc.stderr
+
+
+def test_a_workspace_in_a_subfolder_gives_sarif_paths_of_the_repository(tmp_path: Path) -> None:
+    """Code scanning maps a SARIF URI to a file of the repository: a workspace at kernels/buggy of a git
+    repository must give kernels/buggy/softmax_tail_mask.py, not softmax_tail_mask.py."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q", str(repo)], check=True, timeout=60)
+    ws = copy_example("buggy", repo / "kernels" / "buggy")
+    shutil.rmtree(ws / ".gpuemu", ignore_errors=True)
+    proc, out, outputs = _run(Path("kernels/buggy"), repo, mode="quick")
+    assert outputs == {"exit-code": "1"}, (outputs, proc.stdout, proc.stderr)
+    (run,) = json.loads((out / "gpuemu.sarif").read_text())["runs"]
+    assert run["originalUriBaseIds"]["%SRCROOT%"]["uri"] == repo.resolve().as_uri() + "/"
+    uris = {
+        loc["physicalLocation"]["artifactLocation"]["uri"]
+        for r in run["results"]
+        for loc in r.get("locations", []) + r.get("relatedLocations", [])
+    }
+    assert uris and all(u.startswith("kernels/buggy/") and (repo / u).is_file() for u in uris), uris
+    assert "kernels/buggy/softmax_tail_mask.py" in uris and "kernels/buggy/gpuemu.toml" in uris

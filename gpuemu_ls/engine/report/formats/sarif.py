@@ -2,7 +2,9 @@
 
 Each failing op gives one result per failure kind, located at the op's function (or script), with
 the op's ``[[ops]]`` entry in gpuemu.toml as a related location; lint findings sit on their ``.cu``
-line. URIs are relative to ``%SRCROOT%`` (the workspace root).
+line. URIs are relative to ``%SRCROOT%``: the root of the git repository the workspace is in (the checkout
+code scanning maps a result to, so a workspace in a subfolder gives ``kernels/ops.py``, not ``ops.py``), or
+the workspace itself outside a repository. A file outside that root is an absolute ``file:`` URI.
 """
 
 from __future__ import annotations
@@ -34,6 +36,26 @@ def _loc(loc: dict[str, Any] | None, message: str | None = None, ident: int | No
     if ident is not None:
         out["id"] = ident
     return out
+
+
+def source_root(workspace: Path) -> Path:
+    """The root of the git repository holding ``workspace`` (a ``.git`` folder, or the ``.git`` file of a
+    worktree or submodule), else the workspace."""
+    for folder in (workspace, *workspace.parents):
+        if (folder / ".git").exists():
+            return folder
+    return workspace
+
+
+def _rebase(artifact: dict[str, Any], workspace: Path, root: Path) -> None:
+    """A workspace-relative URI made relative to ``root``; an absolute path outside it a ``file:`` URI."""
+    path = Path(artifact["uri"])
+    full = path if path.is_absolute() else workspace / path
+    try:
+        artifact["uri"] = full.resolve().relative_to(root).as_posix()
+    except ValueError:
+        artifact["uri"] = full.resolve().as_uri()
+        artifact.pop("uriBaseId", None)
 
 
 class _Rules:
@@ -172,7 +194,16 @@ def render_sarif(doc: dict[str, Any]) -> str:
                 "locations": [loc] if loc else [],
             }
         )
-    root_uri = Path(doc["workspace"]).resolve().as_uri() + "/"
+    workspace = Path(doc["workspace"]).resolve()
+    root = source_root(workspace)
+    done: set[int] = set()  # results share location objects (a failure without its own file is at the op's)
+    for result in results:
+        for loc in [*result.get("locations", []), *result.get("relatedLocations", [])]:
+            artifact = loc["physicalLocation"]["artifactLocation"]
+            if id(artifact) not in done:
+                done.add(id(artifact))
+                _rebase(artifact, workspace, root)
+    root_uri = root.as_uri() + "/"
     log = {
         "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
         "version": "2.1.0",
