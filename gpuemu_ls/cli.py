@@ -12,7 +12,7 @@ import json
 import shlex
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -662,6 +662,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     cfg = load_workspace(args)
     name = op_names(cfg, [args.op])[0]
     op = cfg.op(name)
+    progress = _calibrate_progress(name) if sys.stderr.isatty() and args.format != "json" else None
     try:
         proposals = calibrate(
             cfg,
@@ -673,12 +674,24 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
             seed=args.seed,
             jobs=resolve_jobs(args.jobs),
             force=args.force,
+            on_progress=progress,
         )
     except CalibrationRefused as exc:
+        if progress is not None:
+            progress(None, 0, 0)
         if args.format == "json":
             print(json.dumps({"schema": 1, "op": name, "refused": exc.reasons, "written": False}, indent=2))
-        print(f"gpuemu: {exc}", file=sys.stderr)
+        # one reason a line: the one-line message (what an editor shows) ran to 700 characters here
+        print(f"gpuemu: refusing to calibrate {name!r}: its failures look like a bug, not rounding:", file=sys.stderr)
+        for reason in exc.reasons:
+            print(f"  {reason}", file=sys.stderr)
+        print(
+            "Fix the kernel (gpuemu failures, reproduce, minimize), or pass --force if you are sure it is correct.",
+            file=sys.stderr,
+        )
         return EXIT_FAIL
+    if progress is not None:
+        progress(None, 0, 0)
     for p in proposals:
         for reason in p.refusal:
             print(f"gpuemu: warning: --force: {p.dtype}: {reason}", file=sys.stderr)
@@ -716,6 +729,18 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         else "use --write to put this into gpuemu.toml"
     )
     return EXIT_OK
+
+
+def _calibrate_progress(name: str) -> Callable[[str | None, int, int], None]:
+    """A one-line count of calibration's cases on a terminal (it runs for a minute and more); a ``None``
+    dtype clears the line."""
+
+    def show(dtype: str | None, done: int, total: int) -> None:
+        text = "" if dtype is None else f"calibrating {name}: {dtype} {done}/{total} cases"
+        sys.stderr.write("\r\x1b[2K" + text)
+        sys.stderr.flush()
+
+    return show
 
 
 def cmd_lint(args: argparse.Namespace) -> int:

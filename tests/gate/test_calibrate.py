@@ -6,11 +6,13 @@ from __future__ import annotations
 import difflib
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import tomlkit
-from gatekit import copy_example, gpuemu, jdoc, load_toml, op_table, ops_header_line, out
+from gatekit import copy_example, env, gpuemu, jdoc, load_toml, op_table, ops_header_line, out
 
 TWINS = ("softmax_tail_mask_ok", "matmul_acc_overwrite_ok", "rmsnorm_fp16_acc_ok")
 TOL_LINE = re.compile(
@@ -135,6 +137,11 @@ def test_calibration_refuses_to_widen_a_tolerance_over_a_bug(bug: str, tmp_path:
     proc = gpuemu("calibrate", "--op", bug, "--iterations", "40", "--write", cwd=ws)
     assert proc.returncode == 1, out(proc)
     assert f"refusing to calibrate {bug!r}" in proc.stderr and "--force" in proc.stderr, out(proc)
+    # one reason a line, each readable on a terminal (issue 29 item 7: it was one 717-character line)
+    lines = proc.stderr.strip().splitlines()
+    assert lines[0].startswith(f"gpuemu: refusing to calibrate {bug!r}") and lines[-1].startswith("Fix the kernel")
+    assert len(lines) >= 3 and all(ln.startswith("  ") for ln in lines[1:-1]), out(proc)
+    assert max(len(ln) for ln in lines) <= 400, out(proc)
     assert (ws / "gpuemu.toml").read_text(encoding="utf-8") == before
     proc = gpuemu("calibrate", "--op", bug, "--iterations", "40", "--format", "json", cwd=ws)
     assert proc.returncode == 1 and json.loads(proc.stdout)["refused"], out(proc)
@@ -157,3 +164,33 @@ def test_non_finite_or_non_positive_factors_are_usage_errors(factor: str, tmp_pa
     assert proc.returncode == 2 and "--factor" in proc.stderr, out(proc)
     assert (ws / "gpuemu.toml").read_text(encoding="utf-8") == before
     assert gpuemu("ops", cwd=ws).returncode == 0  # the config still loads
+
+
+def test_calibration_shows_its_progress_on_a_terminal(tmp_path: Path) -> None:
+    """It runs for a minute and more: on a terminal (a real pty here) it counts its cases on one line, and
+    clears the line before it prints; into a pipe it prints nothing of the kind."""
+    import os
+    import pty
+
+    ws = copy_example("buggy", tmp_path / "buggy")
+    master, slave = pty.openpty()
+    argv = [sys.executable, "-m", "gpuemu_ls", "calibrate", "--op", "softmax_tail_mask_ok", "--dtype", "float32"]
+    proc = subprocess.Popen([*argv, "--iterations", "8"], cwd=ws, env=env(), stdout=subprocess.PIPE, stderr=slave)
+    os.close(slave)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        seen += chunk
+    stdout = proc.communicate(timeout=300)[0].decode()
+    os.close(master)
+    text = seen.decode(errors="replace")
+    assert proc.returncode == 0, text + stdout
+    assert "calibrating softmax_tail_mask_ok: float32 8/8 cases" in text, text
+    assert "proposed atol=" in stdout and "calibrating" not in stdout
+    piped = gpuemu(*argv[3:], "--iterations", "4", cwd=ws)
+    assert piped.returncode == 0 and "calibrating" not in piped.stderr, out(piped)

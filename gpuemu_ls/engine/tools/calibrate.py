@@ -187,13 +187,15 @@ def calibrate(
     force: bool = False,
     run: Callable[[list[CaseSpec]], OpOutcome] | None = None,
     dtype_flag: str = "--dtype",
+    on_progress: Callable[[str, int, int], None] | None = None,
 ) -> list[Proposal]:
     """Run the op over ``iterations`` cases per dtype and propose (atol, rtol) per dtype.
 
     ``run`` runs one dtype's cases and returns their outcome, diagnosed (its ``condition`` set): by default
     in ``jobs`` of gpuemu's workers; the Python API runs them in the caller's process. ``dtype_flag`` names
-    ``dtypes`` in the message about one the op does not run. Raises :class:`CalibrationRefused` when a
-    proposal would hide a bug, unless ``force``.
+    ``dtypes`` in the message about one the op does not run; ``on_progress(dtype, done, total)`` is called as
+    each case of the default runner ends. Raises :class:`CalibrationRefused` when a proposal would hide a bug,
+    unless ``force``.
     """
     check_factor(method, factor)
     chosen = dtypes or list(op.dtypes)
@@ -201,14 +203,20 @@ def calibrate(
         if d not in op.dtypes:
             raise UsageError(f"{dtype_flag} {d}: op {op.name!r} runs {', '.join(op.dtypes)}")
 
-    def in_workers(specs: list[CaseSpec]) -> OpOutcome:
-        options = RunOptions(mode="calibrate", ops=[op.name], jobs=jobs, source="calibrate", store=False)
+    def in_workers(specs: list[CaseSpec], dtype: str) -> OpOutcome:
+        def on_case(_op: str, _result: object, done: int, total: int) -> None:
+            if on_progress is not None:
+                on_progress(dtype, done, total)
+
+        options = RunOptions(
+            mode="calibrate", ops=[op.name], jobs=jobs, source="calibrate", store=False, on_case=on_case
+        )
         return run_validation(config, options, specs_by_op={op.name: specs}).outcomes[0]
 
     proposals = []
     for d in chosen:
         specs = plan_op(config, op, "thorough", iterations, seed, mode_filter(op, dtypes=(d,)), whole=True)
-        outcome = (run or in_workers)(specs)
+        outcome = run(specs) if run is not None else in_workers(specs, d)
         proposals.append(propose(config, op, d, outcome.cases, method, factor, outcome.condition))
     reasons = [f"{p.dtype}: {r}" for p in proposals for r in p.refusal]
     if reasons and not force:
