@@ -225,14 +225,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", metavar="FILE")
     p.add_argument("--show", type=int, default=20, metavar="N", help=argparse.SUPPRESS)
 
-    p = _command(sub, "store", "check, repair or reset the result store; list its runs")
+    p = _command(sub, "store", "check, repair, reset or prune the result store; list its runs")
     p.add_argument(
         "action",
-        choices=("check", "repair", "reset", "runs"),
+        choices=("check", "repair", "reset", "runs", "prune"),
         help="check: read every page, say what is wrong (exit 1 if anything); repair: copy every readable row into"
-        " a new store; reset: start empty (both keep the old file as <name>.corrupt-<time>); runs: recent runs",
+        " a new store; reset: start empty (both keep the old file as <name>.corrupt-<time>); runs: recent runs;"
+        " prune: remove all but the last --keep-runs runs of each mode and the runs holding an op's latest result,"
+        " then shrink the file",
     )
     p.add_argument("--limit", type=int, default=20, metavar="N", help="runs listed by `store runs` (default 20)")
+    p.add_argument(
+        "--keep-runs", type=int, default=20, metavar="N", help="runs of each mode `store prune` keeps (default 20)"
+    )
+    p.add_argument("--dry-run", action="store_true", help="`store prune`: say what it would remove, remove nothing")
     p.add_argument(
         "--force", action="store_true", help="repair or reset even while a run writes the store (its results are lost)"
     )
@@ -731,6 +737,27 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _store_prune(path: Path, args: argparse.Namespace) -> int:
+    from .engine.store.prune import prune
+
+    if args.keep_runs < 1:
+        raise UsageError(f"--keep-runs must be at least 1, got {args.keep_runs}")
+    done = prune(path, keep_runs=args.keep_runs, dry_run=args.dry_run)
+    if args.format == "json":
+        print(json.dumps({"schema": 1, **done.to_dict()}, indent=2))
+        return EXIT_OK
+    verb = "would remove" if done.dry_run else "removed"
+    print(
+        f"{path}: {verb} {len(done.runs)} runs ({done.op_results} op results, {done.cases} cases,"
+        f" {done.snapshots} input snapshots); kept {done.kept_runs} runs"
+    )
+    if not done.dry_run and done.runs:
+        print(f"  size {done.size_before} -> {done.size_after} bytes" + (" (vacuumed)" if done.vacuumed else ""))
+    for note in done.notes:
+        print(f"  note: {note}")
+    return EXIT_OK
+
+
 def _calibrate_progress(name: str) -> Callable[[str | None, int, int], None]:
     """A one-line count of calibration's cases on a terminal (it runs for a minute and more); a ``None``
     dtype clears the line."""
@@ -802,6 +829,8 @@ def cmd_store(args: argparse.Namespace) -> int:
     from .engine.store.maintain import check, repair, reset
 
     path = store_path(workspace_root(args))
+    if args.action == "prune":
+        return _store_prune(path, args)
     if args.action == "runs":
         runs = Store(path, readonly=True).runs(limit=max(1, args.limit))
         if args.format == "json":

@@ -1,0 +1,156 @@
+"""``gpuemu store prune``: keep the store's size bounded for a workspace that runs the gate on every commit.
+
+Kept: the last ``keep_runs`` runs of each mode (quick, thorough, ...), every run that still holds the latest
+result of some op or kernel (what ``failures``, ``ops``, ``report`` and the editors show: an op last run
+three months ago by ``--op`` keeps that run), and every run still ``running``. Everything else goes: the
+runs, their op results, their cases, and the input snapshots no kept case refers to. Then the file shrinks:
+``VACUUM`` when no run is writing and the disk has room for a copy of the file, else the freed pages are
+reused by later runs. A pruned seed still replays: ``gpuemu reproduce`` regenerates it from (op, seed).
+"""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import StoreError
+from .db import Store, wal_path
+
+#: Runs kept per mode when nothing says otherwise.
+DEFAULT_KEEP_RUNS = 20
+
+
+@dataclass
+class PruneReport:
+    """What a prune removed (or, with ``dry_run``, would remove), and the file's size before and after."""
+
+    path: Path
+    dry_run: bool
+    kept_runs: int = 0
+    runs: list[str] = field(default_factory=list)
+    op_results: int = 0
+    cases: int = 0
+    snapshots: int = 0
+    size_before: int = 0
+    size_after: int = 0
+    vacuumed: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["path"] = str(self.path)
+        return d
+
+
+def _size(path: Path) -> int:
+    return sum(p.stat().st_size for p in (path, wal_path(path)) if p.exists())
+
+
+def prune(path: Path, *, keep_runs: int = DEFAULT_KEEP_RUNS, dry_run: bool = False) -> PruneReport:
+    """Remove what the retention rule above does not keep; ``dry_run``: only count it (the store is opened
+    for reading and never written)."""
+    if keep_runs < 1:
+        raise StoreError(f"--keep-runs must be at least 1, got {keep_runs}", path=path, reason="usage")
+    report = PruneReport(path, dry_run, size_before=_size(path) if path.exists() else 0)
+    if not path.exists():
+        report.notes.append(f"no result store at {path} yet")
+        return report
+    store = Store(path, readonly=dry_run)
+    try:
+        doomed, kept = _doomed_runs(store, keep_runs)
+        report.kept_runs = kept
+        report.runs = doomed
+        if not doomed:
+            report.size_after = report.size_before
+            return report
+        if dry_run:
+            report.op_results, report.cases, report.snapshots = _count(store, doomed)
+            report.size_after = report.size_before
+            return report
+        report.op_results, report.cases, report.snapshots = store.write(lambda conn: _delete(conn, doomed))
+        running = store.query("SELECT count(*) AS n FROM runs WHERE status = 'running'")[0]["n"]
+        report.vacuumed = _vacuum(store, path, report, busy=bool(running))
+    finally:
+        store.close()
+    report.size_after = _size(path)
+    return report
+
+
+def _doomed_runs(store: Store, keep_runs: int) -> tuple[list[str], int]:
+    """(the runs the rule removes, oldest first; how many it keeps)."""
+    runs = store.query("SELECT id, mode, status FROM runs ORDER BY started_at DESC, rowid DESC")
+    latest = {r["run_id"] for r in store.latest_op_results().values()}
+    per_mode: dict[str, int] = {}
+    doomed: list[str] = []
+    for r in runs:
+        mode = r["mode"] or ""
+        per_mode[mode] = per_mode.get(mode, 0) + 1
+        if per_mode[mode] <= keep_runs or r["id"] in latest or r["status"] == "running":
+            continue
+        doomed.append(r["id"])
+    return doomed[::-1], len(runs) - len(doomed)
+
+
+_SCHEMA = "CREATE TEMP TABLE IF NOT EXISTS prune_runs (id TEXT PRIMARY KEY)"
+#: snapshots that only the pruned runs' cases refer to
+_ORPHANS = (
+    "SELECT DISTINCT snapshot_id FROM cases WHERE run_id IN (SELECT id FROM prune_runs) AND snapshot_id IS NOT NULL"
+    " AND snapshot_id NOT IN (SELECT snapshot_id FROM cases WHERE snapshot_id IS NOT NULL"
+    " AND run_id NOT IN (SELECT id FROM prune_runs))"
+)
+
+
+def _mark(conn: sqlite3.Connection, doomed: list[str]) -> None:
+    conn.execute(_SCHEMA)
+    conn.execute("DELETE FROM prune_runs")
+    conn.executemany("INSERT INTO prune_runs (id) VALUES (?)", [(r,) for r in doomed])
+
+
+def _count(store: Store, doomed: list[str]) -> tuple[int, int, int]:
+    """What :func:`_delete` would remove, read without writing (the store is opened read-only)."""
+    results = cases = 0
+    gone: set[str] = set()
+    for i in range(0, len(doomed), 500):
+        chunk = doomed[i : i + 500]
+        marks = ",".join("?" * len(chunk))
+        results += store.query(f"SELECT count(*) AS n FROM op_results WHERE run_id IN ({marks})", tuple(chunk))[0]["n"]
+        rows = store.query(f"SELECT snapshot_id FROM cases WHERE run_id IN ({marks})", tuple(chunk))
+        cases += len(rows)
+        gone |= {r["snapshot_id"] for r in rows if r["snapshot_id"]}
+    if gone:
+        doomed_set = set(doomed)
+        kept = store.query("SELECT DISTINCT run_id, snapshot_id FROM cases WHERE snapshot_id IS NOT NULL")
+        gone -= {r["snapshot_id"] for r in kept if r["run_id"] not in doomed_set}
+    return results, cases, len(gone)
+
+
+def _delete(conn: sqlite3.Connection, doomed: list[str]) -> tuple[int, int, int]:
+    _mark(conn, doomed)
+    snapshots = conn.execute(f"DELETE FROM snapshots WHERE id IN ({_ORPHANS})").rowcount
+    cases = conn.execute("DELETE FROM cases WHERE run_id IN (SELECT id FROM prune_runs)").rowcount
+    results = conn.execute("DELETE FROM op_results WHERE run_id IN (SELECT id FROM prune_runs)").rowcount
+    conn.execute("DELETE FROM runs WHERE id IN (SELECT id FROM prune_runs)")
+    conn.execute("DELETE FROM prune_runs")
+    return results, cases, snapshots
+
+
+def _vacuum(store: Store, path: Path, report: PruneReport, *, busy: bool) -> bool:
+    """Give the freed pages back to the file system when that is safe: no run writing, room for the copy
+    VACUUM makes."""
+    if busy:
+        report.notes.append("a run is writing the store: freed space is reused by later runs, the file not shrunk")
+        return False
+    free = shutil.disk_usage(path.parent).free
+    if free < 2 * _size(path):
+        report.notes.append(f"not shrinking the file: {free} bytes free, VACUUM needs about {_size(path)} more")
+        return False
+    try:
+        store.db.execute("VACUUM")
+        store.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    except sqlite3.Error as exc:
+        report.notes.append(f"not shrunk ({exc}): freed space is reused by later runs")
+        return False
+    return True

@@ -1,0 +1,131 @@
+"""`gpuemu store prune` (issue 31, retention): the last K runs of each mode stay, and so does every run that
+holds an op's latest result; the rest goes with its op results, cases and the snapshots nothing else refers
+to, and the file shrinks. A dry run removes nothing. End to end: real gate runs, then `failures` still shows
+the latest state and a pruned failing seed still replays."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+from kit.cli import gpuemu, out
+from kit.ops import op_toml, project_toml
+from kit.workspace import write_files
+
+from gpuemu_ls.engine.store.db import Store
+from gpuemu_ls.engine.store.prune import prune
+
+
+def generate(path: Path) -> None:
+    """Runs r000..r009, alternating quick/thorough; op 'old' last ran in r000 (an --op run); each run has two
+    cases per op with a snapshot each, and r008's second case shares r001's snapshot."""
+    Store(path).close()
+    conn = sqlite3.connect(path)
+    blob = b"x" * 20_000
+    with conn:
+        for r in range(10):
+            run, mode = f"r{r:03d}", "quick" if r % 2 else "thorough"
+            conn.execute(
+                "INSERT INTO runs (id, started_at, source, mode, status) VALUES (?, ?, 'cli', ?, 'finished')",
+                (run, 1000.0 + r, mode),
+            )
+            for op in ["new"] + (["old"] if r == 0 else []):
+                conn.execute(
+                    "INSERT INTO op_results (run_id, op, kind, status, finished_at) VALUES (?, ?, 'op', 'failed', ?)",
+                    (run, op, 1000.0 + r),
+                )
+                for seed in range(2):
+                    snap = "s001-new-0" if (r, seed) == (8, 1) and op == "new" else f"s{r:03d}-{op}-{seed}"
+                    if (r, seed) != (8, 1) or op != "new":
+                        conn.execute(
+                            "INSERT INTO snapshots (id, op, seed, data, created_at) VALUES (?, ?, ?, ?, 0)",
+                            (snap, op, seed, blob + snap.encode()),
+                        )
+                    conn.execute(
+                        "INSERT INTO cases (run_id, op, seed, status, snapshot_id, created_at)"
+                        " VALUES (?, ?, ?, 'failed', ?, 0)",
+                        (run, op, seed, snap),
+                    )
+    conn.close()
+
+
+def rows(path: Path, sql: str) -> list[tuple]:
+    conn = sqlite3.connect(path)
+    try:
+        return conn.execute(sql).fetchall()
+    finally:
+        conn.close()
+
+
+def test_prune_keeps_the_last_runs_of_each_mode_and_every_latest_result(tmp_path: Path) -> None:
+    path = tmp_path / "gpuemu.db"
+    generate(path)
+    before = {r[0] for r in rows(path, "SELECT id FROM snapshots")}
+    dry = prune(path, keep_runs=2, dry_run=True)
+    assert dry.runs == ["r001", "r002", "r003", "r004", "r005"]  # oldest first; r000 holds op 'old'
+    assert (dry.op_results, dry.cases, dry.snapshots) == (5, 10, 9)  # s001-new-0 is still r008's
+    assert {r[0] for r in rows(path, "SELECT id FROM snapshots")} == before  # a dry run removes nothing
+
+    done = prune(path, keep_runs=2)
+    assert done.runs == dry.runs and (done.op_results, done.cases, done.snapshots) == (5, 10, 9)
+    assert sorted(r[0] for r in rows(path, "SELECT id FROM runs")) == ["r000", "r006", "r007", "r008", "r009"]
+    assert rows(path, "SELECT count(*) FROM cases WHERE run_id IN ('r001','r002','r003','r004','r005')") == [(0,)]
+    snaps = {r[0] for r in rows(path, "SELECT id FROM snapshots")}
+    assert "s001-new-0" in snaps and "s001-new-1" not in snaps and "s000-old-0" in snaps
+    referenced = {r[0] for r in rows(path, "SELECT snapshot_id FROM cases")}
+    assert referenced <= snaps
+    assert done.vacuumed and done.size_after < done.size_before, done
+    latest = Store(path, readonly=True).latest_op_results(kind="op")
+    assert {op: r["run_id"] for op, r in latest.items()} == {"new": "r009", "old": "r000"}
+    again = prune(path, keep_runs=2)
+    assert again.runs == [] and again.kept_runs == 5
+
+
+def test_prune_of_a_missing_store_creates_nothing(tmp_path: Path) -> None:
+    done = prune(tmp_path / "none.db")
+    assert done.runs == [] and not (tmp_path / "none.db").exists() and done.notes
+
+
+OPS = """
+import numpy as np
+
+
+def scale(x):
+    y = (2 * np.asarray(x, dtype=np.float32)).astype(x.dtype)
+    if x.shape[-1] % 16:
+        y[..., -1] += 1  # the last column of a partial tile is wrong
+    return y
+
+
+def ref(x):
+    return 2.0 * x
+"""
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    toml = project_toml(validation={"dtypes": ["float32"]}) + op_toml(
+        "scale", module="ops:scale", reference="ops:ref", dims={"B": (1, 8, 4), "N": (1, 64, 32)}
+    )
+    return write_files(tmp_path / "ws", {"gpuemu.toml": toml, "ops.py": OPS})
+
+
+def test_prune_end_to_end(ws: Path) -> None:
+    for seed in (1, 2, 3):
+        assert gpuemu("test", "--quick", "--seed", str(seed), cwd=ws).returncode == 1
+    first = json.loads(gpuemu("store", "runs", "--format", "json", cwd=ws).stdout)["runs"][-1]["id"]
+    failures = gpuemu("failures", cwd=ws).stdout
+    dry = gpuemu("store", "prune", "--keep-runs", "1", "--dry-run", cwd=ws)
+    assert dry.returncode == 0 and "would remove 2 runs" in dry.stdout, out(dry)
+    done = gpuemu("store", "prune", "--keep-runs", "1", "--format", "json", cwd=ws)
+    report = json.loads(done.stdout)
+    assert done.returncode == 0 and len(report["runs"]) == 2 and first in report["runs"], out(done)
+    assert gpuemu("failures", cwd=ws).stdout == failures  # the latest state is untouched
+    assert gpuemu("store", "check", cwd=ws).returncode == 0
+    # a failing seed of a pruned run still replays: regenerated from (op, seed)
+    replay = gpuemu("reproduce", "--op", "scale", "--seed", "1", cwd=ws)
+    assert replay.returncode == 1 and "scale" in replay.stdout, out(replay)
+    bad = gpuemu("store", "prune", "--keep-runs", "0", cwd=ws)
+    assert bad.returncode == 2 and "--keep-runs" in bad.stderr, out(bad)
