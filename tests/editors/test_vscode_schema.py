@@ -57,6 +57,7 @@ def test_schema_is_valid_draft7() -> None:
         ("ci", props("ci")),
         ("ci.quick", set(DEFS["ci"]["properties"]["quick"]["properties"])),
         ("cuda", props("cuda")),
+        ("store", props("store")),
         ("tolerance", props("tolerance")),
         ("dim", set().union(*(b.get("properties", {}) for b in DEFS["dim"]["oneOf"]))),  # {min, max}, {candidates}
     ],
@@ -74,6 +75,7 @@ def test_schema_keys_are_the_engines(where: str, keys: set[str]) -> None:
         "ci": cfgkeys._CI_KEYS,
         "ci.quick": cfgkeys._CI_QUICK_KEYS,
         "cuda": cfgkeys._CUDA_KEYS,
+        "store": cfgkeys._STORE_KEYS,
         "tolerance": cfgkeys._TOL_KEYS,
         "dim": cfgkeys._DIM_KEYS,
     }[where]
@@ -102,6 +104,7 @@ def test_closed_tables_reject_unknown_keys() -> None:
         "policies",
         "ci",
         "cuda",
+        "store",
         "tolerance",
         "tolerances",
     ]

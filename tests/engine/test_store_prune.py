@@ -129,3 +129,22 @@ def test_prune_end_to_end(ws: Path) -> None:
     assert replay.returncode == 1 and "scale" in replay.stdout, out(replay)
     bad = gpuemu("store", "prune", "--keep-runs", "0", cwd=ws)
     assert bad.returncode == 2 and "--keep-runs" in bad.stderr, out(bad)
+
+
+def test_keep_runs_applies_after_every_run(ws: Path) -> None:
+    """`[store] keep_runs = 2`: the store never holds more than 2 runs of a mode (the latest result of every op
+    kept); "all" keeps everything; a value that is neither a count nor "all" is a configuration error."""
+    toml = (ws / "gpuemu.toml").read_text()
+    (ws / "gpuemu.toml").write_text(toml + "\n[store]\nkeep_runs = 2\n")
+    for seed in range(1, 5):
+        assert gpuemu("test", "--quick", "--seed", str(seed), cwd=ws).returncode == 1
+    runs = json.loads(gpuemu("store", "runs", "--format", "json", cwd=ws).stdout)["runs"]
+    assert len(runs) == 2, runs
+    assert "FAIL scale" in gpuemu("failures", cwd=ws).stdout
+    (ws / "gpuemu.toml").write_text(toml + '\n[store]\nkeep_runs = "all"\n')
+    for seed in range(5, 8):
+        assert gpuemu("test", "--quick", "--seed", str(seed), cwd=ws).returncode == 1
+    assert len(json.loads(gpuemu("store", "runs", "--format", "json", cwd=ws).stdout)["runs"]) == 5
+    (ws / "gpuemu.toml").write_text(toml + '\n[store]\nkeep_runs = "some"\n')
+    bad = gpuemu("test", "--quick", cwd=ws)
+    assert bad.returncode == 2 and "keep_runs" in bad.stderr, out(bad)

@@ -31,6 +31,7 @@ from .keys import (
     _OP_KEYS,
     _POLICY_KEYS,
     _PROJECT_KEYS,
+    _STORE_KEYS,
     _TOL_KEYS,
     _TOP_KEYS,
     _USER_KEYS,
@@ -70,6 +71,7 @@ from .model import (
     KernelConfig,
     OpConfig,
     PoliciesConfig,
+    StoreConfig,
     Tolerance,
     ValidationConfig,
     is_callable_ref,
@@ -455,6 +457,7 @@ class _Checker:
             "policies": self.check_policies,
             "ci": self.check_ci,
             "cuda": self.check_cuda,
+            "store": self.check_store,
         }
         for key, handler in handlers.items():
             if key in raw:
@@ -561,6 +564,18 @@ class _Checker:
                     self.str_list((*path, "quick", "dtypes"), q["dtypes"], dt.FLOAT_NAMES, "dtype")
                 if "budget" in q:
                     self.budget((*path, "quick", "budget"), q["budget"])
+
+    def check_store(self, path: tuple[str | int, ...], value: Any) -> None:
+        tbl = self.table(path, value)
+        if tbl is None:
+            return
+        self.keys(path, tbl, _STORE_KEYS)
+        if "keep_runs" in tbl and tbl["keep_runs"] != "all":
+            v = tbl["keep_runs"]
+            if isinstance(v, str):
+                self.problem((*path, "keep_runs"), f'keep_runs is a number of runs or "all", got {v!r}')
+            else:
+                self.nonneg((*path, "keep_runs"), v, "int", positive=True)
 
     def check_cuda(self, path: tuple[str | int, ...], value: Any) -> None:
         tbl = self.table(path, value)
@@ -1034,6 +1049,8 @@ class _Checker:
             budget=parse_duration(c["budget"]) if "budget" in c else None,
             quick_budget=parse_duration(quick["budget"]) if "budget" in quick else None,
         )
+        keep = raw.get("store", {}).get("keep_runs", StoreConfig.keep_runs)
+        store = StoreConfig(keep_runs=None if keep == "all" else keep)
         p = raw.get("policies", {})
         policies = PoliciesConfig(p.get("fail_on_regression", False), float(p.get("warn_threshold", 0.8)))
         cu = raw.get("cuda", {})
@@ -1080,6 +1097,7 @@ class _Checker:
             allow_external_paths=allow_external,
             positions=self.index,
             warnings=tuple(self.warnings),
+            store=store,
         )
 
     def check_inside(self, root: Path, raw: dict[str, Any]) -> None:

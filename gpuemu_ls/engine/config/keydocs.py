@@ -45,6 +45,7 @@ TABLES: dict[tuple[str, ...], dict[str, str]] = {
         "policies": "Regression policies.",
         "ci": "The CI gate (gpuemu-ls --check).",
         "cuda": "Defaults for every [[kernels]] entry.",
+        "store": "The result store (.gpuemu/gpuemu.db): how much history it keeps.",
     },
     ("project",): {
         "name": "Project name (default: the folder name).",
@@ -186,6 +187,9 @@ TABLES: dict[tuple[str, ...], dict[str, str]] = {
         "artifact_checks": "Limits checked on the compiled PTX/SASS.",
     },
     ("cuda", "artifact_checks"): dict(_ARTIFACT_CHECKS),
+    ("store",): {
+        "keep_runs": 'Runs of each mode kept after every run (default 20); older ones go with their cases and the input snapshots no kept case refers to, except a run that holds some op\'s latest result. "all": keep everything. gpuemu store prune applies it by hand and shrinks the file.',
+    },
 }
 
 VALUE_DOCS: dict[str, dict[str, str]] = {

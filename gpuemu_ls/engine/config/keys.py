@@ -174,8 +174,8 @@ def _tname(value: Any) -> str:
 # Schema: the keys each table accepts. A value is a checker method name and its argument.
 
 _TOL_KEYS = {"atol", "rtol", "ulp"}
-_TOP_KEYS = {"project", "validation", "ops", "kernels", "policies", "ci", "cuda"}
-_USER_KEYS = {"project", "validation", "policies", "ci", "cuda"}
+_TOP_KEYS = {"project", "validation", "ops", "kernels", "policies", "ci", "cuda", "store"}
+_USER_KEYS = {"project", "validation", "policies", "ci", "cuda", "store"}
 _PROJECT_KEYS = {"name", "framework", "description", "allow_external_paths"}
 _VALIDATION_KEYS = {
     "dtypes",
@@ -268,6 +268,7 @@ _CI_KEYS = {
 }
 _CI_QUICK_KEYS = {"iterations", "dtypes", "budget"}
 _CUDA_KEYS = {"nvcc", "arch", "flags", "include_dirs", "defines", "artifact_checks"}
+_STORE_KEYS = {"keep_runs"}
 
 #: The keys of each table by its schema path (``("ops", "inputs", "*")``: an input the user names), for editors
 #: (:mod:`.keydocs`); the tolerance tables, keyed by dtype, are not here.
@@ -287,4 +288,5 @@ KEYS_BY_TABLE: dict[tuple[str, ...], set[str]] = {
     ("ci", "quick"): _CI_QUICK_KEYS,
     ("cuda",): _CUDA_KEYS,
     ("cuda", "artifact_checks"): _CHECK_KEYS,
+    ("store",): _STORE_KEYS,
 }

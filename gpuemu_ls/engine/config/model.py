@@ -259,6 +259,11 @@ class CIConfig:
 
 
 @dataclass(frozen=True)
+class StoreConfig:
+    keep_runs: int | None = 20  # runs of each mode kept after every run; None: all ("all")
+
+
+@dataclass(frozen=True)
 class PoliciesConfig:
     fail_on_regression: bool = False
     warn_threshold: float = 0.8
@@ -291,6 +296,7 @@ class Config:
     allow_external_paths: bool = False
     positions: PositionIndex | None = None
     warnings: tuple[Problem, ...] = ()
+    store: StoreConfig = field(default_factory=StoreConfig)
 
     def op(self, name: str) -> OpConfig:
         for op in self.ops:

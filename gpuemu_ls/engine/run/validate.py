@@ -7,6 +7,7 @@ same sequence. A worker that crashes or hangs costs one case, never the run.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import re
@@ -26,10 +27,11 @@ from ..cases.generate import generate_inputs
 from ..cases.plan import CaseSpec, derive_case, plan_cases
 from ..config.keys import MAX_ITERATIONS, PLAN
 from ..config.model import Config, OpConfig
-from ..errors import UsageError
+from ..errors import StoreError, UsageError
 from ..oracle.diagnose import diagnose
 from ..oracle.outcome import CaseResult, OpOutcome, not_judged_reason, op_status
 from ..store.db import Store
+from ..store.prune import retain
 from .budgeted import BudgetedOp, allocate, full_estimate, resolve, work_cut
 from .confirm import make_probe
 from .cpus import available_cpus
@@ -587,6 +589,11 @@ def run_validation(
     if store is not None and run_id is not None:
         store.finish_run(run_id, "cancelled" if result.cancelled else result.status)
         result.store_replaced = store.replaced()
+        if not result.store_replaced:
+            # housekeeping (the [store] keep_runs rule): a store that cannot be pruned now (locked past the
+            # retries) is pruned after the next run, and the run's own verdict never depends on it
+            with contextlib.suppress(StoreError):
+                retain(store, config.store.keep_runs)
     return result
 
 

@@ -79,6 +79,18 @@ def prune(path: Path, *, keep_runs: int = DEFAULT_KEEP_RUNS, dry_run: bool = Fal
     return report
 
 
+def retain(store: Store, keep_runs: int | None) -> list[str]:
+    """The retention rule applied after a run, on its open store: the runs removed (``keep_runs`` None: keep
+    everything). Rows only: the freed pages are reused by later runs, so the file stops growing;
+    ``gpuemu store prune`` also shrinks it."""
+    if keep_runs is None or store.readonly:
+        return []
+    doomed, _ = _doomed_runs(store, keep_runs)
+    if doomed:
+        store.write(lambda conn: _delete(conn, doomed))
+    return doomed
+
+
 def _doomed_runs(store: Store, keep_runs: int) -> tuple[list[str], int]:
     """(the runs the rule removes, oldest first; how many it keeps)."""
     runs = store.query("SELECT id, mode, status FROM runs ORDER BY started_at DESC, rowid DESC")
