@@ -411,6 +411,8 @@ def test_reproduce_opens_at_the_verdict_without_a_prompt(session: dict[str, Any]
     watched = session["reproduce_messages"]
     _one_line_messages(watched)
     assert any("still fails" in m for m in watched["shown"]), watched
+    # what stays in the message area is what the reproduction found, not the job's "...: done" (issue 29 item 9)
+    assert "still fails" in session["reproduce_area"], session["reproduce_area"]
     cur = session["repro_cursor"]
     assert cur["buffer"].endswith(session["repro_expected"]), cur
     assert cur["verdict"] and cur["line"] == cur["verdict"], cur
@@ -427,6 +429,7 @@ def test_minimize_shows_the_server_text_verbatim_without_a_prompt(session: dict[
     # the server writes Python's list text: x=[1, 1]; the plugin re-serializing it would print x={1,1}
     assert f"x=[{small[0]}, {small[1]}]" in said[0], said
     assert "{" not in said[0], said
+    assert "minimized to" in session["minimize_area"], session["minimize_area"]
 
 
 def test_code_lenses_are_enabled(session: dict[str, Any]) -> None:
@@ -452,6 +455,7 @@ def test_debug_without_nvim_dap_says_why(session: dict[str, Any]) -> None:
     watched = session["debug_messages"]
     _one_line_messages(watched)
     assert any(":GpuemuDebug needs nvim-dap" in m and "python " in m for m in watched["shown"]), watched
+    assert ":GpuemuDebug needs nvim-dap" in session["debug_area"], session["debug_area"]
 
 
 def test_toml_completion_through_vim_lsp_completion(session: dict[str, Any]) -> None:

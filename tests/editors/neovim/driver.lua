@@ -269,6 +269,7 @@ local function main()
   end, function()
     return reproduced() or command_failed('gpuemu.reproduce')
   end, 30000)
+  R.reproduce_area = g.message_area
   local again = reproduced()
   -- the reproduction is the current buffer, the cursor on its verdict line
   local cur = vim.api.nvim_buf_get_name(0)
@@ -331,6 +332,7 @@ local function main()
     end, function()
       return shrunk() or command_failed('gpuemu.minimize')
     end, 60000)
+    R.minimize_area = g.message_area
     local _, md = op_diag(buf, true)
     R.minimized_diag = clean(md)
     R.minimize_result = clean(g.last_command['gpuemu.minimize'])
@@ -351,6 +353,7 @@ local function main()
   end, function()
     return debug_done
   end, 30000)
+  R.debug_area = g.message_area
   R.has_dap = pcall(require, 'dap')
 
   -- 8. :GpuemuFailures: the gpuemu diagnostics as a quickfix list

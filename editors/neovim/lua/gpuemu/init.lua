@@ -37,6 +37,8 @@ M.options = {
 
 --- Every message the plugin showed (newest last, bounded): what a user saw, for tests and :messages.
 M.shown = {}
+--- What the message area holds now, as far as the plugin put it there (the last echo or notification).
+M.message_area = nil
 
 --- Per-op state from gpuemu/opState and gpuemu/discoverOps: state[workspace root][item id].
 M.state = {}
@@ -106,8 +108,17 @@ function M.find_root(bufnr)
 end
 
 local function echo(msg, hl, history)
+  M.message_area = msg
   vim.api.nvim_echo({ { msg, hl } }, history or false, {})
 end
+
+-- Progress comes case by case from ops validated in parallel: echo only the latest message, at
+-- most every 100 ms, so that the message area never fills up into a hit-enter prompt. A notification
+-- drops the echo still pending: what the server said outranks a progress line from before it.
+local echo_pending, echo_timer_armed = nil, false
+--- When the plugin last showed a notification (vim.uv.now()), and when each progress token began: a job
+--- that ended without a message of its own after one was shown leaves it on screen (not "...: done").
+local notified_at, progress_began = -1, {}
 
 --- A message fitted on one screen line when there is a UI (no hit-enter prompts).
 local function one_line(msg)
@@ -123,6 +134,9 @@ end
 
 local function notify(msg, level)
   msg = one_line(msg)
+  echo_pending = nil
+  notified_at = vim.uv.now()
+  M.message_area = msg
   table.insert(M.shown, msg)
   if #M.shown > 200 then
     table.remove(M.shown, 1)
@@ -215,9 +229,6 @@ function M.on_show_document(err, result, ctx, config)
   return default and default(err, result, ctx, config) or { success = false }
 end
 
--- Progress comes case by case from ops validated in parallel: echo only the latest message, at
--- most every 100 ms, so that the message area never fills up into a hit-enter prompt.
-local echo_pending, echo_timer_armed = nil, false
 local function echo_latest(msg, hl)
   echo_pending = { msg, hl }
   if echo_timer_armed then
@@ -277,6 +288,16 @@ function M.on_progress(err, result, ctx, config)
     return ret
   end
   local msg = 'gpuemu: ' .. (value.title or 'working'):gsub('^gpuemu: ', '')
+  -- Debug, Reproduce and Minimize end without a message, after the server said what they found
+  -- (window/showMessage): "...: done" would replace it at once
+  local quiet = false
+  if value.kind == 'begin' then
+    progress_began[result.token] = vim.uv.now()
+  elseif value.kind == 'end' then
+    local began = progress_began[result.token]
+    progress_began[result.token] = nil
+    quiet = (value.message == nil or value.message == '') and began ~= nil and notified_at >= began
+  end
   if value.kind == 'end' then
     msg = msg .. ': ' .. (value.message or 'done')
   elseif value.message and value.message ~= '' then
@@ -290,6 +311,9 @@ function M.on_progress(err, result, ctx, config)
     table.remove(M.progress_log, 1)
   end
   local how = M.options.progress
+  if quiet then
+    how = nil
+  end
   if how == 'echo' then
     echo_latest(msg, value.kind == 'end' and 'Normal' or 'ModeMsg')
   elseif how == 'notify' then
