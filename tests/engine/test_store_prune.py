@@ -19,12 +19,16 @@ from gpuemu_ls.engine.store.prune import prune
 
 
 def generate(path: Path) -> None:
-    """Runs r000..r009, alternating quick/thorough; op 'old' last ran in r000 (an --op run); each run has two
-    cases per op with a snapshot each, and r008's second case shares r001's snapshot."""
+    """Runs r000..r009, alternating quick/thorough, after a minimize run m000; op 'old' last ran in r000 (an --op
+    run); each run has two cases per op with a snapshot each, and r008's second case shares r001's snapshot."""
     Store(path).close()
     conn = sqlite3.connect(path)
     blob = b"x" * 20_000
     with conn:
+        # the oldest run of all: a minimized case (`gpuemu minimize`), which is the user's and never pruned
+        conn.execute(
+            "INSERT INTO runs (id, started_at, source, mode, status) VALUES ('m000', 999, 'cli', 'minimize', 'failed')"
+        )
         for r in range(10):
             run, mode = f"r{r:03d}", "quick" if r % 2 else "thorough"
             conn.execute(
@@ -70,7 +74,8 @@ def test_prune_keeps_the_last_runs_of_each_mode_and_every_latest_result(tmp_path
 
     done = prune(path, keep_runs=2)
     assert done.runs == dry.runs and (done.op_results, done.cases, done.snapshots) == (5, 10, 9)
-    assert sorted(r[0] for r in rows(path, "SELECT id FROM runs")) == ["r000", "r006", "r007", "r008", "r009"]
+    kept = ["m000", "r000", "r006", "r007", "r008", "r009"]
+    assert sorted(r[0] for r in rows(path, "SELECT id FROM runs")) == kept
     assert rows(path, "SELECT count(*) FROM cases WHERE run_id IN ('r001','r002','r003','r004','r005')") == [(0,)]
     snaps = {r[0] for r in rows(path, "SELECT id FROM snapshots")}
     assert "s001-new-0" in snaps and "s001-new-1" not in snaps and "s000-old-0" in snaps
@@ -80,7 +85,7 @@ def test_prune_keeps_the_last_runs_of_each_mode_and_every_latest_result(tmp_path
     latest = Store(path, readonly=True).latest_op_results(kind="op")
     assert {op: r["run_id"] for op, r in latest.items()} == {"new": "r009", "old": "r000"}
     again = prune(path, keep_runs=2)
-    assert again.runs == [] and again.kept_runs == 5
+    assert again.runs == [] and again.kept_runs == 6
 
 
 def test_prune_of_a_missing_store_creates_nothing(tmp_path: Path) -> None:

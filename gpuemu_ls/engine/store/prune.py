@@ -1,8 +1,9 @@
 """``gpuemu store prune``: keep the store's size bounded for a workspace that runs the gate on every commit.
 
-Kept: the last ``keep_runs`` runs of each mode (quick, thorough, ...), every run that still holds the latest
-result of some op or kernel (what ``failures``, ``ops``, ``report`` and the editors show: an op last run
-three months ago by ``--op`` keeps that run), and every run still ``running``. Everything else goes: the
+Kept: the last ``keep_runs`` runs of each mode (quick, thorough, ...), every ``gpuemu minimize`` run (a
+minimized case is the user's), every run that still holds the latest result of some op or kernel (what
+``failures``, ``ops``, ``report`` and the editors show: an op last run three months ago by ``--op`` keeps
+that run), and every run still ``running``. Everything else goes: the
 runs, their op results, their cases, and the input snapshots no kept case refers to. Then the file shrinks:
 ``VACUUM`` when no run is writing and the disk has room for a copy of the file, else the freed pages are
 reused by later runs. A pruned seed still replays: ``gpuemu reproduce`` regenerates it from (op, seed).
@@ -21,6 +22,9 @@ from .db import Store, wal_path
 
 #: Runs kept per mode when nothing says otherwise.
 DEFAULT_KEEP_RUNS = 20
+#: Modes whose runs are never pruned: a minimized case is something a user made (``gpuemu minimize``), and
+#: ``reproduce --minimized`` and the editors' "Reproduce minimized case" read it from its run.
+PROTECTED_MODES = frozenset({"minimize"})
 
 
 @dataclass
@@ -100,7 +104,7 @@ def _doomed_runs(store: Store, keep_runs: int) -> tuple[list[str], int]:
     for r in runs:
         mode = r["mode"] or ""
         per_mode[mode] = per_mode.get(mode, 0) + 1
-        if per_mode[mode] <= keep_runs or r["id"] in latest or r["status"] == "running":
+        if per_mode[mode] <= keep_runs or r["id"] in latest or r["status"] == "running" or mode in PROTECTED_MODES:
             continue
         doomed.append(r["id"])
     return doomed[::-1], len(runs) - len(doomed)
