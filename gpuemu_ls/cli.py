@@ -231,12 +231,13 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("check", "repair", "reset", "runs", "prune"),
         help="check: read every page, say what is wrong (exit 1 if anything); repair: copy every readable row into"
         " a new store; reset: start empty (both keep the old file as <name>.corrupt-<time>); runs: recent runs;"
-        " prune: remove all but the last --keep-runs runs of each mode and the runs holding an op's latest result,"
+        " prune: remove all but the last --keep-runs runs of each kind (source and mode) and the runs holding an"
+        " op's latest result,"
         " then shrink the file",
     )
     p.add_argument("--limit", type=int, default=20, metavar="N", help="runs listed by `store runs` (default 20)")
     p.add_argument(
-        "--keep-runs", type=int, default=20, metavar="N", help="runs of each mode `store prune` keeps (default 20)"
+        "--keep-runs", type=int, default=20, metavar="N", help="runs of each kind `store prune` keeps (default 20)"
     )
     p.add_argument("--dry-run", action="store_true", help="`store prune`: say what it would remove, remove nothing")
     p.add_argument(

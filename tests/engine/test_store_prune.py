@@ -153,3 +153,27 @@ def test_keep_runs_applies_after_every_run(ws: Path) -> None:
     (ws / "gpuemu.toml").write_text(toml + '\n[store]\nkeep_runs = "some"\n')
     bad = gpuemu("test", "--quick", cwd=ws)
     assert bad.returncode == 2 and "keep_runs" in bad.stderr, out(bad)
+
+
+def test_a_run_prunes_only_its_own_kind_and_the_editors_runs_are_left_to_store_prune(tmp_path: Path) -> None:
+    """The language server stores a run per op and job: 20 of them are one round of an 18-op workspace, so
+    after a `gpuemu test` run only the CLI's own runs are pruned, and the editor's runs never automatically."""
+    from gpuemu_ls.engine.store.prune import retain
+
+    path = tmp_path / "gpuemu.db"
+    generate(path)
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.executemany(
+            "INSERT INTO runs (id, started_at, source, mode, status) VALUES (?, ?, 'server', 'quick', 'passed')",
+            [(f"e{i:03d}", 500.0 + i) for i in range(30)],
+        )
+    conn.close()
+    store = Store(path)
+    try:
+        assert retain(store, 2, "server") == []
+        gone = retain(store, 2, "cli")
+    finally:
+        store.close()
+    assert gone == ["r001", "r002", "r003", "r004", "r005"]
+    assert rows(path, "SELECT count(*) FROM runs WHERE source = 'server'") == [(30,)]

@@ -188,7 +188,7 @@ TABLES: dict[tuple[str, ...], dict[str, str]] = {
     },
     ("cuda", "artifact_checks"): dict(_ARTIFACT_CHECKS),
     ("store",): {
-        "keep_runs": 'Runs of each mode kept after every run (default 20); older ones go with their cases and the input snapshots no kept case refers to, except a run that holds some op\'s latest result. "all": keep everything. gpuemu store prune applies it by hand and shrinks the file.',
+        "keep_runs": "Runs of each kind (source and mode) kept after every gpuemu test, fuzz or gate run (default 20); older ones of that kind go with their cases and the input snapshots no kept case refers to, except a run that holds some op's latest result or a gpuemu minimize run. \"all\": keep everything. The editors' runs are pruned by gpuemu store prune, which also shrinks the file.",
     },
 }
 

@@ -593,7 +593,7 @@ def run_validation(
             # housekeeping (the [store] keep_runs rule): a store that cannot be pruned now (locked past the
             # retries) is pruned after the next run, and the run's own verdict never depends on it
             with contextlib.suppress(StoreError):
-                retain(store, config.store.keep_runs)
+                retain(store, config.store.keep_runs, options.source)
     return result
 
 

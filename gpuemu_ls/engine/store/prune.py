@@ -1,6 +1,7 @@
 """``gpuemu store prune``: keep the store's size bounded for a workspace that runs the gate on every commit.
 
-Kept: the last ``keep_runs`` runs of each mode (quick, thorough, ...), every ``gpuemu minimize`` run (a
+Kept: the last ``keep_runs`` runs of each kind (source and mode: the CLI's quick runs, the gate's thorough
+runs, the editor's runs, ...), every ``gpuemu minimize`` run (a
 minimized case is the user's), every run that still holds the latest result of some op or kernel (what
 ``failures``, ``ops``, ``report`` and the editors show: an op last run three months ago by ``--op`` keeps
 that run), and every run still ``running``. Everything else goes: the
@@ -83,28 +84,37 @@ def prune(path: Path, *, keep_runs: int = DEFAULT_KEEP_RUNS, dry_run: bool = Fal
     return report
 
 
-def retain(store: Store, keep_runs: int | None) -> list[str]:
-    """The retention rule applied after a run, on its open store: the runs removed (``keep_runs`` None: keep
-    everything). Rows only: the freed pages are reused by later runs, so the file stops growing;
-    ``gpuemu store prune`` also shrinks it."""
-    if keep_runs is None or store.readonly:
+#: Sources whose runs apply the rule to their own kind after each run: ``gpuemu test``/``fuzz`` and the gate.
+#: The editors' runs (one per op and job) are left to ``gpuemu store prune``: 20 of them are one round.
+RETAINING_SOURCES = frozenset({"cli", "ci"})
+
+
+def retain(store: Store, keep_runs: int | None, source: str) -> list[str]:
+    """The retention rule applied after a run of ``source``, on its open store, to that source's runs only:
+    the runs removed (``keep_runs`` None: keep everything). Rows only: the freed pages are reused by later
+    runs, so the file stops growing; ``gpuemu store prune`` also shrinks it."""
+    if keep_runs is None or store.readonly or source not in RETAINING_SOURCES:
         return []
-    doomed, _ = _doomed_runs(store, keep_runs)
+    doomed, _ = _doomed_runs(store, keep_runs, source)
     if doomed:
         store.write(lambda conn: _delete(conn, doomed))
     return doomed
 
 
-def _doomed_runs(store: Store, keep_runs: int) -> tuple[list[str], int]:
-    """(the runs the rule removes, oldest first; how many it keeps)."""
-    runs = store.query("SELECT id, mode, status FROM runs ORDER BY started_at DESC, rowid DESC")
+def _doomed_runs(store: Store, keep_runs: int, source: str | None = None) -> tuple[list[str], int]:
+    """(the runs the rule removes, oldest first; how many it keeps): counted per kind of run, its source and
+    mode (the CLI's quick runs, the gate's thorough runs, the editor's runs, ...); only ``source``'s if given."""
+    runs = store.query("SELECT id, source, mode, status FROM runs ORDER BY started_at DESC, rowid DESC")
     latest = {r["run_id"] for r in store.latest_op_results().values()}
-    per_mode: dict[str, int] = {}
+    per_kind: dict[tuple[str, str], int] = {}
     doomed: list[str] = []
     for r in runs:
+        if source is not None and r["source"] != source:
+            continue
         mode = r["mode"] or ""
-        per_mode[mode] = per_mode.get(mode, 0) + 1
-        if per_mode[mode] <= keep_runs or r["id"] in latest or r["status"] == "running" or mode in PROTECTED_MODES:
+        kind = (r["source"] or "", mode)
+        per_kind[kind] = per_kind.get(kind, 0) + 1
+        if per_kind[kind] <= keep_runs or r["id"] in latest or r["status"] == "running" or mode in PROTECTED_MODES:
             continue
         doomed.append(r["id"])
     return doomed[::-1], len(runs) - len(doomed)
