@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -104,7 +104,7 @@ def _input_max(c: Any) -> float | None:
     return float(v) if isinstance(v, (int, float)) else None
 
 
-def _atoms(cases: list[Any], bad: list[Any], planned: list[Any] = ()) -> list[Predicate]:  # type: ignore[assignment]
+def _atoms(cases: list[Any], bad: list[Any], planned: Sequence[Any] = ()) -> list[Predicate]:
     """Single conditions over the values the features take in ``cases`` and in the ``planned`` confirmation
     cases (not yet run), so a condition the cases run so far cannot state can still be put to the test."""
     preds: list[Predicate] = []
@@ -325,7 +325,7 @@ def _conj(a: Predicate, b: Predicate) -> Predicate:
     return _joined(a, b, "and", False, 10, "+", block=True)
 
 
-def candidates(bad: list[Any], good: list[Any], planned: list[Any] = ()) -> list[Predicate]:  # type: ignore[assignment]
+def candidates(bad: list[Any], good: list[Any], planned: Sequence[Any] = ()) -> list[Predicate]:
     """Every condition all failing cases meet (atoms, then pairs of them), best first: fewest passing
     cases meeting it, then the simplest. ``planned``: confirmation cases not yet run, whose features count
     as values a condition may split on (with no passing case, the failing ones alone offer none)."""
@@ -745,6 +745,7 @@ def _challenge(
     out: list[CaseResult] = []
     tried: set[str] = set()
     far_tested: set[str] = set()
+    every = _probe_points(base, op)
     for _ in range(max(budget, 0)):
         evidence = cases + ran + out
         bad = [c for c in evidence if _verdict(c) == want]
@@ -753,18 +754,14 @@ def _challenge(
             for c in evidence
             if (_verdict(c) == "passed" and not _unjudged(c)) or (want == "error" and _verdict(c) == "failed")
         ]
-        stated = find_condition(bad, good)
-        exact = stated is not None
-        if stated is None:
-            found = find_necessary(bad, good)
-            stated = found[0] if found else None
+        stated, exact = _stated(bad, good, want == "failed")
         if stated is None or stated.kind == "always":
             break
         probes = [c for c in good if (c.features or {}).get("probe")]
         side = next((p for p in stated.parts or (stated,) if not any(p.test(c) is False for c in probes)), None)
         points = [
             (changes, point)
-            for changes, point in _probe_points(base, op)
+            for changes, point in every
             if repr(changes) not in tried and _cost(op, point.spec.dims) <= allowance
         ]
         if side is not None:
@@ -1278,13 +1275,20 @@ def condition_of(cases: list[CaseResult], probes: list[CaseResult] | None) -> di
         for c in extra
         if (_verdict(c) == "passed" and not _unjudged(c)) or (want == "error" and _verdict(c) == "failed")
     ]
-    cond = find_condition(e_bad, e_good)
-    if cond is None and extra and want == "failed":
-        cond = find_disjunction(e_bad, e_good)
-    exact = cond is not None
-    if cond is None:
-        found = find_necessary(e_bad, e_good)
-        cond = found[0] if found else None
+    cond, exact = _stated(e_bad, e_good, bool(extra) and want == "failed")
     if cond is None:
         return None
     return {"text": cond.text, "kind": cond.kind, "exact": exact, "confirmed": bool(extra)}
+
+
+def _stated(bad: list[Any], good: list[Any], disjunctions: bool) -> tuple[Predicate | None, bool]:
+    """The condition a diagnosis states of these cases, and whether it is exact ("iff"): the one condition
+    every case fits, else (``disjunctions``: confirmation cases ran for failures) "A or B", else a necessary
+    one."""
+    cond = find_condition(bad, good)
+    if cond is None and disjunctions:
+        cond = find_disjunction(bad, good)
+    if cond is not None:
+        return cond, True
+    found = find_necessary(bad, good)
+    return (found[0] if found else None), False
