@@ -59,6 +59,7 @@ from .engine.run.cpus import resolve_jobs
 from .engine.run.frameworks import torch_build_note
 from .engine.run.validate import RunOptions, plan_op, replay_spec, run_validation
 from .engine.store.db import Store, StoreError, store_path
+from .engine.store.prune import DEFAULT_KEEP_RUNS
 from .engine.tools.calibrate import CalibrationRefused, calibrate, write_tolerances
 from .engine.tools.minimize import describe, minimize, store_minimized
 from .engine.tools.repro import needs, write_repro
@@ -237,7 +238,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--limit", type=int, default=20, metavar="N", help="runs listed by `store runs` (default 20)")
     p.add_argument(
-        "--keep-runs", type=int, default=20, metavar="N", help="runs of each kind `store prune` keeps (default 20)"
+        "--keep-runs",
+        type=int,
+        default=DEFAULT_KEEP_RUNS,
+        metavar="N",
+        help=f"runs of each kind `store prune` keeps (default {DEFAULT_KEEP_RUNS})",
     )
     p.add_argument("--dry-run", action="store_true", help="`store prune`: say what it would remove, remove nothing")
     p.add_argument(
@@ -741,8 +746,6 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 def _store_prune(path: Path, args: argparse.Namespace) -> int:
     from .engine.store.prune import prune
 
-    if args.keep_runs < 1:
-        raise UsageError(f"--keep-runs must be at least 1, got {args.keep_runs}")
     done = prune(path, keep_runs=args.keep_runs, dry_run=args.dry_run)
     if args.format == "json":
         print(json.dumps({"schema": 1, **done.to_dict()}, indent=2))

@@ -258,9 +258,13 @@ class CIConfig:
     quick_budget: float | None = None  # the same for a --quick run ([ci.quick] budget)
 
 
+#: ``[store] keep_runs`` when not set: runs of each kind (source and mode) a store keeps.
+DEFAULT_KEEP_RUNS = 20
+
+
 @dataclass(frozen=True)
 class StoreConfig:
-    keep_runs: int | None = 20  # runs of each mode kept after every run; None: all ("all")
+    keep_runs: int | None = DEFAULT_KEEP_RUNS  # runs of each kind kept after every run; None: all ("all")
 
 
 @dataclass(frozen=True)

@@ -409,8 +409,8 @@ class Store:
         missing = [ix for ix in READ_INDEXES if ix[0] not in have]
         if missing:
             with self._write():
-                for name, table, columns in missing:
-                    self.db.execute(f"CREATE INDEX IF NOT EXISTS [{name}] ON [{table}] ({', '.join(columns)})")
+                for index in missing:
+                    self.db.execute(_index_sql(*index))
 
     def mark_interrupted(self) -> int:
         """Mark ``running`` runs whose process is gone (killed with -9, a lost machine) as ``interrupted``.
@@ -861,6 +861,10 @@ def _create_schema_1(db: sqlite_utils.Database) -> None:
     db["op_results"].create_index(["op", "finished_at"], if_not_exists=True)
 
 
+def _index_sql(name: str, table: str, columns: tuple[str, ...]) -> str:
+    return f"CREATE INDEX IF NOT EXISTS [{name}] ON [{table}] ({', '.join(columns)})"
+
+
 def _create(path: Path) -> None:
     """Create an empty store at ``path`` whole: built under a private name and linked into place, so the file is
     never seen empty or half made (an empty or truncated store is then always damage, never a store being born).
@@ -875,8 +879,8 @@ def _create(path: Path) -> None:
             db = sqlite_utils.Database(conn)
             conn.execute("BEGIN IMMEDIATE")
             _create_schema_1(db)
-            for name, table, columns in READ_INDEXES:
-                conn.execute(f"CREATE INDEX [{name}] ON [{table}] ({', '.join(columns)})")
+            for index in READ_INDEXES:
+                conn.execute(_index_sql(*index))
             conn.execute("ALTER TABLE runs ADD COLUMN owner TEXT")
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             conn.execute("COMMIT")

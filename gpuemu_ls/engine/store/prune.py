@@ -18,11 +18,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import StoreError
+from ..config.model import DEFAULT_KEEP_RUNS
+from ..errors import UsageError
 from .db import Store, wal_path
 
-#: Runs kept per mode when nothing says otherwise.
-DEFAULT_KEEP_RUNS = 20
 #: Modes whose runs are never pruned: a minimized case is something a user made (``gpuemu minimize``), and
 #: ``reproduce --minimized`` and the editors' "Reproduce minimized case" read it from its run.
 PROTECTED_MODES = frozenset({"minimize"})
@@ -58,7 +57,7 @@ def prune(path: Path, *, keep_runs: int = DEFAULT_KEEP_RUNS, dry_run: bool = Fal
     """Remove what the retention rule above does not keep; ``dry_run``: only count it (the store is opened
     for reading and never written)."""
     if keep_runs < 1:
-        raise StoreError(f"--keep-runs must be at least 1, got {keep_runs}", path=path, reason="usage")
+        raise UsageError(f"--keep-runs must be at least 1, got {keep_runs}")
     report = PruneReport(path, dry_run, size_before=_size(path) if path.exists() else 0)
     if not path.exists():
         report.notes.append(f"no result store at {path} yet")
