@@ -694,13 +694,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         if args.format == "json":
             print(json.dumps({"schema": 1, "op": name, "refused": exc.reasons, "written": False}, indent=2))
         # one reason a line: the one-line message (what an editor shows) ran to 700 characters here
-        print(f"gpuemu: refusing to calibrate {name!r}: its failures look like a bug, not rounding:", file=sys.stderr)
-        for reason in exc.reasons:
-            print(f"  {reason}", file=sys.stderr)
-        print(
-            "Fix the kernel (gpuemu failures, reproduce, minimize), or pass --force if you are sure it is correct.",
-            file=sys.stderr,
-        )
+        print(f"gpuemu: {exc.heading}:", *(f"  {r}" for r in exc.reasons), exc.ADVICE, sep="\n", file=sys.stderr)
         return EXIT_FAIL
     if progress is not None:
         progress(None, 0, 0)

@@ -51,14 +51,17 @@ NONFINITE = ("unexpected_nan", "unexpected_inf", "missing_nan")
 class CalibrationRefused(UsageError):
     """The op's failures look like a bug: a wider tolerance would hide it (``force`` overrides)."""
 
+    #: What to do instead, after the reasons.
+    ADVICE = "Fix the kernel (gpuemu failures, reproduce, minimize), or pass --force if you are sure it is correct."
+
     def __init__(self, op: str, reasons: list[str]) -> None:
         self.op = op
         self.reasons = reasons
-        super().__init__(
-            f"refusing to calibrate {op!r}: its failures look like a bug, not rounding: "
-            + "; ".join(reasons)
-            + ". Fix the kernel (gpuemu failures, reproduce, minimize), or pass --force if you are sure it is correct."
-        )
+        super().__init__(f"{self.heading}: " + "; ".join(reasons) + ". " + self.ADVICE)
+
+    @property
+    def heading(self) -> str:
+        return f"refusing to calibrate {self.op!r}: its failures look like a bug, not rounding"
 
 
 @dataclass
