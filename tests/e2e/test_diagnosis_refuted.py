@@ -6,11 +6,12 @@ still tells the conditions apart by confirmation cases."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from kit.cli import gpuemu, out
+from kit.ops import op_toml, project_toml
+from kit.workspace import write_files
 
 OPS = """
 import numpy as np
@@ -30,42 +31,23 @@ def ref(x, bias):
     return x + bias
 """
 
-TOML = """[project]
-name = "bias"
-
-[[ops]]
-name = "add_bias"
-module = "ops:add_bias"
-reference = "ops:ref"
-
-[ops.inputs.x]
-shape = ["B", "N"]
-
-[ops.inputs.bias]
-shape = ["N"]
-
-[ops.dims]
-B = { min = 1, max = 64, default = 8 }
-N = { min = 1, max = 4096, default = 1024 }
-"""
+TOML = project_toml("bias") + op_toml(
+    "add_bias",
+    module="ops:add_bias",
+    reference="ops:ref",
+    inputs={"x": ["B", "N"], "bias": ["N"]},
+    dims={"B": (1, 64, 8), "N": (1, 4096, 1024)},
+)
 
 
 @pytest.fixture
 def workspace(tmp_path: Path) -> Path:
-    (tmp_path / "ops.py").write_text(OPS)
-    (tmp_path / "gpuemu.toml").write_text(TOML)
-    return tmp_path
+    return write_files(tmp_path, {"ops.py": OPS, "gpuemu.toml": TOML})
 
 
 def diagnosis(root: Path, *args: str) -> str:
-    proc = subprocess.run(
-        [sys.executable, "-m", "gpuemu_ls", "test", *args],
-        cwd=root,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 1, proc.stdout + proc.stderr
+    proc = gpuemu("test", *args, cwd=root, timeout=300)
+    assert proc.returncode == 1, out(proc)
     line = next((ln for ln in proc.stdout.splitlines() if "diagnosis:" in ln), "")
     return line.split("diagnosis:", 1)[1].strip()
 
