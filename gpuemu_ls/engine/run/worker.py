@@ -10,6 +10,7 @@ after ``setsid`` (:mod:`contain`). Workspace files never replace the modules it 
 
 from __future__ import annotations
 
+import ctypes
 import faulthandler
 import gc
 import os
@@ -103,6 +104,26 @@ def _apply_limits(memory_mb: int | None) -> None:
                 resource.setrlimit(which, (limit, hard if memory_mb is None else limit))
         except (ValueError, OSError):
             pass
+
+
+#: glibc's own ceilings for its adaptive malloc thresholds (mallopt's M_MMAP_THRESHOLD, M_TRIM_THRESHOLD): what
+#: any process that once freed a 32 MiB block runs with.
+_MALLOPT = ((-3, 32 << 20), (-1, 64 << 20))
+
+
+def _steady_heap() -> None:
+    """Let each case reuse the heap pages the previous one freed.
+
+    With glibc's starting thresholds a case's arrays (a few hundred KiB to a few MiB each) are mapped fresh
+    or trimmed away after each case, and every page is faulted in again: ~480 page faults a case on a
+    softmax [64,1024], a fifth of its time. Arrays above 32 MiB still map and unmap at once. A no-op where
+    the C library has no ``mallopt`` (not glibc)."""
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return
+    for param, value in _MALLOPT:
+        mallopt(param, value)
 
 
 def _limit_cpu(seconds: float) -> None:
@@ -203,6 +224,7 @@ def run(fd: int, memory_mb: int | None) -> None:
     contain.make_subreaper()  # orphans of what the op starts stay below this worker, to be killed with it
     shadow.protect()  # before the workspace is on sys.path
     _apply_limits(memory_mb)
+    _steady_heap()
     faulthandler.enable(all_threads=False)  # a segfault or abort leaves the Python stack in the log
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)  # user code that reads stdin gets EOF, not the protocol
