@@ -7,6 +7,7 @@ and the editor's heatmap read these features instead of the full mismatch mask o
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 import numpy as np
@@ -84,7 +85,7 @@ def heatmap(mask: np.ndarray) -> list[list[float]]:
     return grid
 
 
-def input_features(inputs: dict[str, np.ndarray], output_dtype: str) -> dict[str, Any]:
+def input_features(inputs: dict[str, np.ndarray], output_dtype: str, finite: Collection[str] = ()) -> dict[str, Any]:
     """Value facts about a case's inputs that decide bugs random values trigger only now and then.
 
     ``input_ties_down``/``input_ties_up`` (with ``ties_dtype``): how many input elements lie exactly halfway
@@ -93,11 +94,12 @@ def input_features(inputs: dict[str, np.ndarray], output_dtype: str) -> dict[str
     ``row_max_min``: the lowest row maximum over the finite values of the float inputs (last axis): a row
     wholly below some -t is what a running max started at 0, or a tail padded with 0 instead of -inf, gets
     wrong. ``masked_input_rows``: rows wholly -inf (fully masked), where a softmax divides 0 by 0.
+    ``finite`` names inputs known to hold finite values only: neither test for infinities is needed there.
     """
     feats: dict[str, Any] = {}
     out_info = dt.FLOAT_INFO.get(output_dtype)
     lowest: float | None = None
-    for arr in inputs.values():
+    for name, arr in inputs.items():
         if not (arr.dtype.kind == "f" or arr.dtype.name == "bfloat16") or arr.size == 0:
             continue
         wider = dt.FLOAT_INFO.get(dt.dtype_name(arr.dtype))
@@ -110,9 +112,14 @@ def input_features(inputs: dict[str, np.ndarray], output_dtype: str) -> dict[str
             # float32 holds every 16-bit value exactly, and numpy reduces it far faster than bfloat16
             a = arr if arr.dtype.itemsize >= 4 else np.asarray(arr, dtype=np.float32)
             flat = a.reshape(-1, a.shape[-1])
-            feats["masked_input_rows"] = feats.get("masked_input_rows", 0) + int(np.all(flat == -np.inf, axis=1).sum())
-            rows = np.where(np.isfinite(flat), flat, -np.inf).max(axis=1)
-            rows = rows[np.isfinite(rows)]
+            if name in finite:
+                feats["masked_input_rows"] = feats.get("masked_input_rows", 0)
+                rows = flat.max(axis=1)
+            else:
+                masked = int(np.all(flat == -np.inf, axis=1).sum())
+                feats["masked_input_rows"] = feats.get("masked_input_rows", 0) + masked
+                rows = np.where(np.isfinite(flat), flat, -np.inf).max(axis=1)
+                rows = rows[np.isfinite(rows)]
             if rows.size:
                 low = float(rows.min())
                 lowest = low if lowest is None else min(lowest, low)

@@ -207,8 +207,8 @@ def run_case(
         lambda: _working(ctx, spec, inputs.logical, ref_inputs, ref_out, ref_overflowed, upstream)
     )
     nears = functools.cache(lambda: _near_range(ctx, spec, inputs.logical, ref_inputs))
-    facts, result.features["input_max"] = case_facts(inputs.logical, op)
-    result.features.update(input_features(inputs.logical, op.output_dtype or spec.dtype))
+    facts, result.features["input_max"], finite = case_facts(inputs.logical, op)
+    result.features.update(input_features(inputs.logical, op.output_dtype or spec.dtype, finite))
     # Inputs so large that a product of two overflows the accumulation precision: what a correct kernel does
     # there is decided by the tier case (oracle.tier), the same whatever the reference is written in, not by
     # the reference's own working-precision evaluations (rules 2 and 4 of docs/verdicts.md), which only a
@@ -629,19 +629,37 @@ def _watched_seterr(**kwargs: Any) -> dict[str, str]:
     return _ORIGINAL_SETERR(**kwargs)
 
 
-def case_facts(logical: dict[str, np.ndarray], op: OpConfig) -> tuple[CaseFacts, float]:
-    """Whether the case's float inputs hold NaN and whether they are all finite, and their largest finite
-    magnitude (a feature diagnosis reads: overflow bugs show above some magnitude, whatever the distribution)."""
-    has_nan, finite, biggest = False, True, 0.0
-    for arr in logical.values():
+def case_facts(logical: dict[str, np.ndarray], op: OpConfig) -> tuple[CaseFacts, float, set[str]]:
+    """Whether the case's float inputs hold NaN and whether they are all finite, their largest finite
+    magnitude (a feature diagnosis reads: overflow bugs show above some magnitude, whatever the distribution),
+    and the names of the float inputs that are wholly finite (``input_features`` then skips its own test)."""
+    has_nan, finite, biggest, whole = False, True, 0.0, set()
+    for name, arr in logical.items():
         if (arr.dtype.kind == "f" or arr.dtype.name == "bfloat16") and arr.size:
+            extremes = _finite_extremes(arr)
+            if extremes is not None:  # the common case: two reductions, no temporaries
+                biggest = max(biggest, *extremes)
+                whole.add(name)
+                continue
             a = np.abs(dt.widened(arr))
             fin = np.isfinite(a)
             has_nan = has_nan or bool(np.isnan(a).any())
             finite = finite and bool(fin.all())
             if fin.any():
                 biggest = max(biggest, float(a[fin].max()))
-    return CaseFacts(inputs_nan=has_nan, inputs_finite=finite, nan_contract=op.nan_contract), biggest
+    return CaseFacts(inputs_nan=has_nan, inputs_finite=finite, nan_contract=op.nan_contract), biggest, whole
+
+
+def _finite_extremes(arr: np.ndarray) -> tuple[float, float] | None:
+    """``|min|`` and ``|max|`` of a float array of at most 64 bits when every element is finite, else None.
+
+    A NaN propagates through both reductions and an infinity is one of them, so two finite extremes mean a
+    finite array, and the larger of their magnitudes is its largest (exact: widening to float64 is)."""
+    if arr.dtype.itemsize > 8:
+        return None
+    a = arr if arr.dtype.itemsize >= 4 else np.asarray(arr, dtype=np.float32)  # exact, and numpy reduces it faster
+    lo, hi = abs(float(a.min())), abs(float(a.max()))
+    return (lo, hi) if math.isfinite(lo) and math.isfinite(hi) else None
 
 
 def _working(
