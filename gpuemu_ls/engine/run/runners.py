@@ -358,7 +358,7 @@ class ScriptRunner(Runner):
         message = f"{self.who} script raised {type(error).__name__}: {error}" + (f"; {why}" if why else "")
         return {"message": f"{message}\n{text}", "file": file or str(self.path), "line": line}
 
-    def _forked(self, request: str) -> dict[str, np.ndarray]:
+    def _forked(self, request: list[bytes]) -> dict[str, np.ndarray]:
         assert self.fork is not None
         ended = self.fork.run(self.code, self.path, request, self._explain, STDERR_TAIL)
         if ended.error is not None:
@@ -377,7 +377,7 @@ class ScriptRunner(Runner):
 
     def call(self, inputs: dict[str, np.ndarray], kwargs: dict[str, Any]) -> dict[str, np.ndarray]:
         if self.fork is not None:
-            return self._forked(wire.encode_request(inputs, kwargs, strides=self.strides))
+            return self._forked(wire.request_parts(inputs, kwargs, strides=self.strides))
         stdin = _TextIn(wire.encode_request(inputs, kwargs, strides=self.strides))
         stdout = _TextOut()
         stderr = io.StringIO()

@@ -64,11 +64,15 @@ def _read_all(fd: int) -> bytes:
     return b"".join(chunks)
 
 
-def _write_all(fd: int, data: bytes) -> None:
+def _write_all(fd: int, parts: list[bytes]) -> None:
+    """Replace the file's content with ``parts``, one after the other (never joined into one more copy)."""
     os.ftruncate(fd, 0)
-    view, at = memoryview(data), 0
-    while at < len(view):
-        at += os.pwrite(fd, view[at:], at)
+    at = 0
+    for part in parts:
+        view, done = memoryview(part), 0
+        while done < len(view):
+            done += os.pwrite(fd, view[done:], at + done)
+        at += done
     os.lseek(fd, 0, os.SEEK_SET)
 
 
@@ -152,12 +156,13 @@ class ScriptFork:
         self,
         code: types.CodeType,
         path: Path,
-        request: str,
+        request: list[bytes],
         explain: Callable[[BaseException], dict[str, Any]],
         tail: int,
     ) -> Ended:
-        """Run ``code`` as ``python path`` with ``request`` on stdin; ``explain`` describes what it raises."""
-        _write_all(self.stdin, request.encode("utf-8"))
+        """Run ``code`` as ``python path`` with ``request`` (its bytes, in pieces) on stdin; ``explain`` describes
+        what it raises."""
+        _write_all(self.stdin, request)
         for fd in (self.stdout, self.report):
             os.ftruncate(fd, 0)
             os.lseek(fd, 0, os.SEEK_SET)
@@ -234,7 +239,7 @@ class ScriptFork:
         except BaseException as exc:  # gpuemu's own code failed around the script
             report = {"error": {"internal": f"gpuemu internal error running the script: {type(exc).__name__}: {exc}"}}
         try:
-            _write_all(self.report, pickle.dumps(report))
+            _write_all(self.report, [pickle.dumps(report)])
         finally:
             os._exit(0)
 

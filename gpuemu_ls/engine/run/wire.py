@@ -13,7 +13,11 @@ This JSON form is only for scripts; inside the engine tensors travel as binary n
 from __future__ import annotations
 
 import base64
+import binascii
+import functools
 import json
+import sys
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -31,6 +35,13 @@ def _le(dtype: np.dtype) -> np.dtype:
 
 def encode_tensor(arr: np.ndarray, *, strides: bool = False) -> dict[str, Any]:
     """A protocol tensor; with ``strides=True`` a non-contiguous view keeps its layout (non-negative strides)."""
+    t = _encoded(arr, strides)
+    t["data"] = t["data"].decode("ascii")
+    return t
+
+
+def _encoded(arr: np.ndarray, strides: bool) -> dict[str, Any]:
+    """:func:`encode_tensor` with ``data`` as base64 bytes, read from the array's memory in place."""
     arr = np.asarray(arr)
     name = dt.dtype_name(arr.dtype)
     little = _le(arr.dtype)
@@ -43,10 +54,23 @@ def encode_tensor(arr: np.ndarray, *, strides: bool = False) -> dict[str, Any]:
                 "shape": list(arr.shape),
                 "dtype": name,
                 "strides": [s // item for s in arr.strides],
-                "data": base64.b64encode(flat.astype(little, copy=False).tobytes()).decode("ascii"),
+                "data": _b64(flat.astype(little, copy=False)),
             }
-    data = np.ascontiguousarray(arr).astype(little, copy=False).tobytes()
-    return {"shape": list(arr.shape), "dtype": name, "data": base64.b64encode(data).decode("ascii")}
+    return {"shape": list(arr.shape), "dtype": name, "data": _b64(np.ascontiguousarray(arr).astype(little, copy=False))}
+
+
+def _b64(arr: np.ndarray) -> bytes:
+    """Base64 of a C-contiguous array's bytes, read in place (``tobytes`` would copy them first)."""
+    return binascii.b2a_base64(arr.reshape(-1).view(np.uint8), newline=False)
+
+
+#: base64 of a protocol string (ASCII), as ``base64.b64decode(data, validate=True)`` decodes it: since Python
+#: 3.11 that is this call on the string itself, without first copying it into bytes
+_b64decode: Callable[[str], bytes] = (
+    functools.partial(binascii.a2b_base64, strict_mode=True)
+    if sys.version_info >= (3, 11)
+    else functools.partial(base64.b64decode, validate=True)
+)
 
 
 def decode_tensor(obj: Any, where: str = "tensor") -> np.ndarray:
@@ -66,7 +90,7 @@ def decode_tensor(obj: Any, where: str = "tensor") -> np.ndarray:
     if not isinstance(obj["data"], str):
         raise ProtocolError(f"{where}: data must be a base64 string")
     try:
-        raw = base64.b64decode(obj["data"], validate=True)
+        raw = _b64decode(obj["data"])
     except ValueError as exc:
         raise ProtocolError(f"{where}: data is not valid base64 ({exc})") from None
     item = dtype.itemsize
@@ -94,16 +118,28 @@ def decode_tensor(obj: Any, where: str = "tensor") -> np.ndarray:
     return np.ascontiguousarray(view)
 
 
-def _tensor_text(arr: np.ndarray, strides: bool) -> str:
+def _tensor_parts(arr: np.ndarray, strides: bool) -> list[bytes]:
     """One tensor as JSON text, assembled directly: base64 needs no escaping, so json.dumps would only scan it."""
-    t = encode_tensor(arr, strides=strides)
+    t = _encoded(arr, strides)
     extra = f', "strides": {json.dumps(t["strides"])}' if "strides" in t else ""
-    return f'{{"shape": {json.dumps(t["shape"])}, "dtype": "{t["dtype"]}"{extra}, "data": "{t["data"]}"}}'
+    return [
+        f'{{"shape": {json.dumps(t["shape"])}, "dtype": "{t["dtype"]}"{extra}, "data": "'.encode(),
+        t["data"],
+        b'"}',
+    ]
+
+
+def request_parts(inputs: dict[str, np.ndarray], kwargs: dict[str, Any], *, strides: bool = False) -> list[bytes]:
+    """The request as ASCII pieces, to be written one after the other: a megabyte tensor is never copied into
+    a text and back into bytes (json.dumps escapes every non-ASCII character)."""
+    parts = [b'{"inputs": {']
+    for i, (k, v) in enumerate(inputs.items()):
+        parts += [f"{', ' if i else ''}{json.dumps(k)}: ".encode(), *_tensor_parts(v, strides)]
+    return [*parts, f'}}, "kwargs": {json.dumps(kwargs)}}}'.encode()]
 
 
 def encode_request(inputs: dict[str, np.ndarray], kwargs: dict[str, Any], *, strides: bool = False) -> str:
-    body = ", ".join(f"{json.dumps(k)}: {_tensor_text(v, strides)}" for k, v in inputs.items())
-    return f'{{"inputs": {{{body}}}, "kwargs": {json.dumps(kwargs)}}}'
+    return b"".join(request_parts(inputs, kwargs, strides=strides)).decode("ascii")
 
 
 def decode_request(text: str) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
@@ -124,6 +160,16 @@ def encode_response(outputs: dict[str, np.ndarray] | np.ndarray) -> str:
 
 def decode_response(text: str) -> dict[str, np.ndarray]:
     """Outputs of a script's stdout: exactly one JSON object, ``{"outputs": {...}}`` or a bare tensor."""
+    try:  # JSON allows whitespace around the object: no stripped copy of a megabyte answer
+        obj = json.loads(text)
+    except json.JSONDecodeError:
+        obj = _stripped_json(text)
+    return _outputs(obj)
+
+
+def _stripped_json(text: str) -> Any:
+    """The object of a text JSON did not parse as it stood: parsed stripped (any Unicode whitespace around it),
+    or a ProtocolError that says what is wrong."""
     stripped = text.strip()
     if not stripped:
         raise ProtocolError("the script printed nothing on stdout (expected one JSON object)")
@@ -140,6 +186,11 @@ def decode_response(text: str) -> dict[str, np.ndarray]:
         raise ProtocolError(
             f"stdout is not one JSON object ({exc.msg} at char {exc.pos}): {stripped[:120]!r}"
         ) from None
+    return obj
+
+
+def _outputs(obj: Any) -> dict[str, np.ndarray]:
+    """The outputs a script's parsed answer holds (see :func:`decode_response`)."""
     if isinstance(obj, dict) and "outputs" in obj:
         outs = obj["outputs"]
         if isinstance(outs, dict) and {"shape", "dtype", "data"} <= set(outs):
