@@ -20,6 +20,7 @@ import bench_engine
 import bench_lsp
 import bench_tools
 import bench_triton
+import bench_triton_corpus
 import bench_verdicts
 
 ALL = {
@@ -28,6 +29,7 @@ ALL = {
     **bench_tools.BENCHMARKS,
     **bench_verdicts.BENCHMARKS,
     **bench_triton.BENCHMARKS,
+    **bench_triton_corpus.BENCHMARKS,
 }
 
 
