@@ -715,7 +715,25 @@ def confirm(cases: list[CaseResult], op: OpConfig, probe: Probe, budget: int = P
     if want == "failed":
         ran += _confirm_sides(cases, ran, op, probe, budget - len(ran) - CHALLENGES, allowance)
     ran += _challenge(cases, ran, base, op, probe, budget - len(ran), allowance, want)
+    for other in _other_bases(cases, base, want):
+        # a bug may hide at the representative case's values in a side's other value (a float16 tolerance
+        # swallows the error of uniform values, not of large ones): each side is challenged there too
+        if budget - len(ran) <= 0:
+            break
+        ran += _challenge(cases, ran, other, op, probe, budget - len(ran), allowance, want, own=True)
     return ran
+
+
+def _other_bases(cases: list[CaseResult], base: CaseResult, want: str, most: int = 2) -> list[CaseResult]:
+    """Failing cases whose dtype or distribution differs from ``base``'s, one per (dtype, distribution)."""
+    seen = {(base.spec.dtype, base.spec.distribution)}
+    out = []
+    for c in cases:
+        key = (c.spec.dtype, c.spec.distribution)
+        if _verdict(c) == want and key not in seen and len(out) < most:
+            seen.add(key)
+            out.append(c)
+    return out
 
 
 def _run_probe(probe: Probe, spec: CaseSpec, changes: dict[str, Any]) -> CaseResult | None:
@@ -735,13 +753,16 @@ def _challenge(
     budget: int,
     allowance: float,
     want: str,
+    own: bool = False,
 ) -> list[CaseResult]:
     """Confirmation cases that try to refute the condition the line would state: the representative failing
     case with one feature changed so the condition is false (where it says the op passes), each side of "A
     and B" on its own; and for "fails iff", once, changed as far as it goes while the condition still holds
     (where it says the op fails: "N % 128 != 0" at N = 3). A condition no confirmation case could have refuted
     is only a pattern in the cases drawn ("fails only if layout != strided" because the one strided case drawn
-    held subnormals); one refuted gives way to the next. Stops once the stated condition has stood both."""
+    held subnormals); one refuted gives way to the next. Stops once the stated condition has stood both.
+    ``own``: only this call's cases count as a side's challenge (``base`` is another failing case than the
+    one the confirmation cases varied)."""
     out: list[CaseResult] = []
     tried: set[str] = set()
     far_tested: set[str] = set()
@@ -757,15 +778,17 @@ def _challenge(
         stated, exact = _stated(bad, good, want == "failed")
         if stated is None or stated.kind == "always":
             break
-        probes = [c for c in good if (c.features or {}).get("probe")]
-        side = next((p for p in stated.parts or (stated,) if not any(p.test(c) is False for c in probes)), None)
+        passing = {id(c) for c in good}
+        probes = [c for c in (out if own else good) if id(c) in passing and (c.features or {}).get("probe")]
+        parts = stated.parts or (stated,)
+        side = next((p for p in parts if not any(_refutes(c, p, parts) for c in probes)), None)
         points = [
             (changes, point)
             for changes, point in every
             if repr(changes) not in tried and _cost(op, point.spec.dims) <= allowance
         ]
         if side is not None:
-            options = [(c, p) for c, p in points if side.test(p) is False]
+            options = [(c, p) for c, p in points if _refutes(p, side, parts)]
             pick = min(options, key=lambda cp: _nearness(cp[0], base), default=None)
         elif exact and stated.text not in far_tested:
             far_tested.add(stated.text)
@@ -784,6 +807,13 @@ def _challenge(
         if (result := _run_probe(probe, base.spec, changes)) is not None:
             out.append(result)
     return out
+
+
+def _refutes(case: Any, side: Predicate, parts: tuple[Predicate, ...]) -> bool:
+    """Whether ``case`` is where a condition of ``parts`` says the op passes because of ``side`` alone: false
+    there, every other side true (a float16 case at N = 16 challenges neither side of "dtype != float16 and
+    N % 32 != 0": it passes whatever the dtype)."""
+    return side.test(case) is False and all(q.test(case) is not False for q in parts if q is not side)
 
 
 def _changed(changes: dict[str, Any]) -> str:
