@@ -53,7 +53,8 @@ def test_cli_catches_both_buggy_kernels_and_passes_the_correct_ones(triton_ws: P
     assert "next power of two" in leak["diagnosis"] and "confirmation case(s) agree" in leak["diagnosis"]
     # the overwritten accumulator needs two K tiles: K > BLOCK_K = 16; and the diagnosis says so
     assert all(f["dims"]["K"] > 16 for f in acc["failures"]) and acc["failures"]
-    assert re.match(r"fails (iff|only if) K > 16 ", acc["diagnosis"]), acc["diagnosis"]
+    # "fails iff K > 16, except where distribution == partial_inf, whose values hide it" where NaN rows drawn
+    assert re.match(r"fails (iff|only if) K > 16[ ,]", acc["diagnosis"]), acc["diagnosis"]
     assert {f["dtype"] for f in acc["failures"]} == {"float32", "float16", "bfloat16"}
     seed = acc["failures"][0]["seed"]
     again = gpuemu_cli(triton_ws, "reproduce", "--op", "matmul_acc_overwrite", "--seed", str(seed), env=env)

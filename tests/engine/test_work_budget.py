@@ -70,7 +70,7 @@ def test_cost_auto_finds_ops_that_import_triton(tmp_path: Path) -> None:
         "direct": ("high", TRITON_REASON),
         "through_a_wrapper": ("high", TRITON_REASON),
         "inside_a_function": ("high", TRITON_REASON),
-        "declared_normal": ("normal", ""),
+        "declared_normal": ("normal", "declared"),
         "declared_high": ("high", "declared"),
         "explicit_auto": ("high", TRITON_REASON),
     }

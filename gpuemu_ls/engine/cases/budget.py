@@ -14,13 +14,16 @@ case and per element) to them, and asks :func:`select` for the rest:
 
 What does not fit is reported: :func:`coverage` lists each axis' classes planned and run, and the cut.
 
-**The default budget is work, not time** (:func:`fit_work`). An op whose cost is high (declared, or an op that
-imports triton: cases/plan.py's small-scope shapes) keeps its plan's small half, then every coverage class
-those miss (:func:`cover_goals`) by the cheapest cases that are not degenerate, then larger planned cases while
-the cut's work (:class:`WorkModel`) stays within a share of the full plan's (:data:`DEFAULT_WORK_SHARE`). Work
-is a function of the plan alone, so the same cases run on every machine, loaded or quiet: a verdict never
-depends on the CI runner's speed. A time budget (``--budget``, ``[ci] budget``, an op's ``budget``) replaces
-it when set.
+**The default budget is work, not time** (:func:`fit_work`). An op whose cost is high (declared, an op that
+imports triton: cases/plan.py's small-scope shapes, or one whose probe case launched a Triton kernel in the
+interpreter: run/cost_probe.py) keeps every coverage class (:func:`cover_goals`) by the cheapest cases that are
+not degenerate, then the plan's cheaper cases up to :data:`CUT_CASES` in all while the cut's work stays
+within a share of the full plan's (:data:`DEFAULT_WORK_SHARE`). Work is counted, not timed: interpreter
+operations predicted from the op's probe cases (:class:`CountModel`), or elements times tiles
+(:class:`WorkModel`) where nothing was counted (a face that plans before it runs anything). Either is a
+function of the op and its plan alone, so the same cases run on every machine, loaded or quiet: a verdict
+never depends on the CI runner's speed. A time budget (``--budget``, ``[ci] budget``, an op's ``budget``)
+replaces it when set.
 """
 
 from __future__ import annotations
@@ -33,7 +36,17 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..config.model import OpConfig
-from .plan import DEFAULT_TILES, STRATEGIES, CaseSpec, Need, derive_case, entry_dims, minimum_needs, tiled_dims
+from .plan import (
+    DEFAULT_TILES,
+    HIDING_DISTRIBUTIONS,
+    STRATEGIES,
+    CaseSpec,
+    Need,
+    derive_case,
+    entry_dims,
+    minimum_needs,
+    tiled_dims,
+)
 
 #: Cases run before an op is planned to its budget: enough to see a fixed and a per-element cost.
 PROBE_CASES = 3
@@ -107,6 +120,11 @@ DEFAULT_WORK_SHARE = {"thorough": 0.25, "quick": 0.5}
 #: What every case costs in work whatever its size (a launch, the reference, the comparison), in elements:
 #: without it a thousand one-element cases would look free.
 WORK_PER_CASE = 1024
+#: Cases a cut fills up to with the plan's further cases, in seed order, past its pinned and coverage cases
+#: (which run whatever their count), while it stays within its share of the plan's work. The share alone keeps
+#: nearly every case where a case costs about the same whatever its size (small kernels in the interpreter: a
+#: launch and a few programs); this bound keeps the cut a cut there, and the coverage cases keep every class.
+CUT_CASES = 24
 #: Value distributions a tile class in one dtype is shown with: finite values of ordinary size, where a lost
 #: tail, a dropped carry or an overwritten accumulator always changes the result (a NaN, an overflow out of
 #: range or a row of zeros can hide it).
@@ -128,6 +146,100 @@ class WorkModel:
     def cost(self, spec: CaseSpec) -> float:
         longest = max((spec.dims.get(d, 1) for d in self.tiled), default=1)
         return WORK_PER_CASE + work(spec) * max(1.0, longest / WORK_TILE)
+
+
+#: What a case costs in the interpreter besides its kernels' operations, in operations (~50 us each): a launch
+#: (arguments copied to the host and back, ~1 ms), a program instance (its grid index and arguments), and
+#: gpuemu's own work per case outside the kernel (inputs, the reference, the checks: a few ms).
+LAUNCH_OPS = 20
+PROGRAM_OPS = 1
+CASE_OPS = 100
+#: Elements of the case per operation's worth of numpy work (generating, the reference, comparing).
+ELEMENTS_PER_OP = 2048
+#: How fast one dim's cost may grow with it, as a power: a kernel cubic in a dim is already rare.
+MAX_EXPONENT = 4.0
+
+
+def kernel_cost(counts: tuple[int, int, int]) -> float:
+    """Interpreter operations of a case's kernels from its counts (launches, programs, operations)."""
+    launches, programs, ops = counts
+    return launches * LAUNCH_OPS + programs * PROGRAM_OPS + ops
+
+
+@dataclass(frozen=True)
+class Growth:
+    """How a case's kernel cost grows with one dim, from two probe sizes ``lo`` < ``hi`` costing ``k_lo`` and
+    ``k_hi``: the larger of the power law and the straight line through both (a quadratic attention and a tile
+    loop whose programs have a fixed part are each met by one of them; both are exact at the two sizes)."""
+
+    lo: int
+    hi: int
+    k_lo: float
+    k_hi: float
+
+    @property
+    def power(self) -> float:
+        ratio = max(self.k_hi / self.k_lo, 1.0)
+        return min(MAX_EXPONENT, math.log(ratio) / math.log(self.hi / self.lo))
+
+    def at(self, n: int) -> float:
+        n = max(n, 1)
+        slope = max(self.k_hi - self.k_lo, 0.0) / (self.hi - self.lo)
+        line = self.k_lo + slope * (n - self.lo)
+        return max(self.k_lo * (n / self.lo) ** self.power, line, 1e-9)
+
+
+@dataclass(frozen=True)
+class CountModel:
+    """The cost of a case in the interpreter, in operations counted on the op's probe cases
+    (:func:`count_model`), the same on every machine: the probe case's kernel cost times each dim's
+    :class:`Growth` from its probe size to the case's (none for a row length one program covers, linear for
+    the rows of a one-program-per-row kernel, up to cubic for a matmul's tiles), never below one launch, plus
+    :data:`CASE_OPS` and the case's elements (:data:`ELEMENTS_PER_OP`).
+
+    Where a kernel launches a few programs on a few thousand elements, every case costs about the same: then
+    the share of the plan's work keeps nearly every case, and the cut's count bound
+    (:data:`CUT_CASES`) is what trims it."""
+
+    base: tuple[tuple[str, int], ...]  # the probe case's dims
+    kernel: float  # its kernel_cost
+    growth: tuple[tuple[str, Growth], ...]
+    floor: float  # what one launch of a program costs: a case's kernels at the least
+
+    def kernel_of(self, spec: CaseSpec) -> float:
+        k = self.kernel
+        base = dict(self.base)
+        for d, g in self.growth:
+            k *= g.at(spec.dims.get(d, base[d])) / g.at(base[d])
+        return max(k, self.floor)
+
+    def cost(self, spec: CaseSpec) -> float:
+        return CASE_OPS + self.kernel_of(spec) + work(spec) / ELEMENTS_PER_OP
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "base": dict(self.base),
+            "kernel": round(self.kernel, 1),
+            "growth": {d: {"sizes": [g.lo, g.hi], "ratio": round(g.k_hi / g.k_lo, 3)} for d, g in self.growth},
+        }
+
+
+def count_model(
+    base: CaseSpec, counts: tuple[int, int, int], variants: Iterable[tuple[CaseSpec, tuple[int, int, int]]]
+) -> CountModel:
+    """A :class:`CountModel` from the probe case's counts and variants that each change one dim of it (a
+    variant that changes more, or none, is left out; a dim no variant changed does not grow the cost)."""
+    k0 = max(kernel_cost(counts), 1.0)
+    growth: dict[str, Growth] = {}
+    for spec, got in variants:
+        changed = [d for d, v in spec.dims.items() if v != base.dims.get(d)]
+        if len(changed) != 1 or min(spec.dims[changed[0]], base.dims[changed[0]]) < 1:
+            continue
+        d, k1 = changed[0], max(kernel_cost(got), 1.0)
+        (lo, k_lo), (hi, k_hi) = sorted([(base.dims[d], k0), (spec.dims[d], k1)])
+        growth[d] = Growth(lo, hi, k_lo, k_hi)
+    floor = LAUNCH_OPS + PROGRAM_OPS + 1.0
+    return CountModel(tuple(sorted(base.dims.items())), k0, tuple(sorted(growth.items())), floor)
 
 
 def work_model(op: OpConfig) -> WorkModel:
@@ -347,7 +459,13 @@ class WorkCut:
     share: float
     allowed: float  # work the fill could spend (the share of the full plan's work)
     source: str
-    model: WorkModel
+    model: WorkModel | CountModel
+
+    @property
+    def unit(self) -> str:
+        if isinstance(self.model, CountModel):
+            return "interpreter operations, counted on the op's probe cases"
+        return "elements x tiles of the longest tiled dim"
 
     @property
     def full_work(self) -> float:
@@ -372,7 +490,8 @@ class WorkCut:
                 "share": self.share,
                 "ran": int(sum(self.model.cost(s) for s in ran)),
                 "full": int(self.full_work),
-                "unit": "elements x tiles of the longest tiled dim",
+                "unit": self.unit,
+                **({"model": self.model.to_dict()} if isinstance(self.model, CountModel) else {}),
             },
         )
 
@@ -398,7 +517,7 @@ def non_degenerate(op: OpConfig, dims: list[str] | None = None) -> Callable[[Cas
     return check
 
 
-def tile_targets(op: OpConfig, dtypes: list[str]) -> list[Target]:
+def tile_targets(op: OpConfig, dtypes: list[str], distributions: Iterable[str] | None = None) -> list[Target]:
     """The boundary classes of each tiled dim (cases/plan.py's small-scope sizes, by what they exercise), with
     the other tiled dims at 2 or more (batch and heads may stay at 1: they only repeat programs). In every
     dtype of ``dtypes`` (a verdict per dtype, as the pytest plugin gives, needs each there): a partial tile
@@ -406,12 +525,15 @@ def tile_targets(op: OpConfig, dtypes: list[str]) -> list[Target]:
     smallest tile (a second tile: an accumulator carried, overwritten or not rescaled). In any dtype: an
     exact tile (an off-by-one mask) and past the largest tile below the dim's maximum (where a kernel with
     a large tile first needs a second one; dear for a kernel quadratic in the dim, so once). The classes of
-    one dtype are shown with :data:`PLAIN_DISTRIBUTIONS` where the op has them."""
+    one dtype are shown with :data:`PLAIN_DISTRIBUTIONS` where the run has them (``distributions``: the
+    plan's, default the op's), else with any that cannot hide a wrong answer (not
+    :data:`~gpuemu_ls.engine.cases.plan.HIDING_DISTRIBUTIONS`): a small plan may draw no plain values at all,
+    and a class no case can meet is left out of a cut."""
     guard = non_degenerate(op, tiled_dims(op))
-    ordinary = set(PLAIN_DISTRIBUTIONS) & set(op.distributions)
+    ordinary = set(PLAIN_DISTRIBUTIONS) & set(op.distributions if distributions is None else distributions)
 
     def plain(spec: CaseSpec) -> bool:  # values a wrong tile cannot hide in (no NaN, no overflow, not all 0)
-        return not ordinary or spec.distribution in ordinary
+        return spec.distribution in ordinary if ordinary else spec.distribution not in HIDING_DISTRIBUTIONS
 
     out: list[Target] = []
     for name in tiled_dims(op):
@@ -464,15 +586,22 @@ def cover_goals(op: OpConfig, specs: list[CaseSpec], needs: list[Need], pool: li
     """The classes a cut must keep: :func:`targets` of the plan, each tiled dim's :func:`tile_targets` and each
     (dtype, layout) of the plan (:func:`layout_targets`), each to be met by a case that is not degenerate
     (:func:`non_degenerate`) where ``pool`` (the plan and the stand-ins) has one; a dim at its minimum is
-    degenerate by definition, and a combined class nothing in ``pool`` meets is left out, not reported cut."""
+    degenerate by definition, and met with every *other* dim at 2 or more where ``pool`` has such a case (a
+    size-1 dim among real ones is where a stride goes unchecked: ``.contiguous()`` leaves a size-1 dim's
+    stride as it was, and a kernel that assumes it is wrong for every batch but the first); a combined class
+    nothing in ``pool`` meets is left out, not reported cut."""
     guard = non_degenerate(op)
-    minimums = {n.label for n in minimum_needs(op)}
+    minimums = {n.label: n.dim for n in minimum_needs(op)}
     goals: list[Target] = []
     for t in targets(specs, needs):
-        strict = replace(t, guard=guard)
-        goals.append(strict if t.label not in minimums and any(strict.met(s) for s in pool) else t)
+        if t.label in minimums:
+            others = [d for d in op.dims if d != minimums[t.label]]
+            strict = replace(t, guard=non_degenerate(op, others))
+        else:
+            strict = replace(t, guard=guard)
+        goals.append(strict if any(strict.met(s) for s in pool) else t)
     dtypes = sorted({s.dtype for s in specs})
-    extra = tile_targets(op, dtypes) + layout_targets(guard, specs)
+    extra = tile_targets(op, dtypes, {s.distribution for s in specs}) + layout_targets(guard, specs)
     return goals + [t for t in extra if any(t.met(s) for s in pool)]
 
 
@@ -483,39 +612,43 @@ def fit_work(
     needs: list[Need],
     share: float,
     source: str,
+    *,
+    model: WorkModel | CountModel | None = None,
 ) -> WorkCut | None:
     """The cases a work budget of ``share`` of ``specs``' work keeps, deterministically (a function of the
-    plan only), in this order:
+    plan and ``model`` only: :func:`work_model` of the op's dims by default, or the :class:`CountModel` its
+    probe cases counted), in this order:
 
-    1. the op's pinned seeds, and every planned case no larger than the plan's median (a high-cost op's plan
-       is half small-scope: these cost little and keep the plan's own mix of dtype, layout, distribution and
-       shape, the combinations bugs show at: a tail leak needs a partial tile *and* values it is not lost in);
+    1. the op's pinned seeds;
     2. every coverage class those miss (:func:`cover_goals`: no class shown only by a degenerate case), by the
        cover with the most classes per unit of work (:func:`select`), whatever its count (capped at the plan's,
        as it once was first, it picked the few cases that meet many classes at once: the largest, several
        times the work of a cover of small ones), from the plan and seeds beyond it that ``accept`` keeps
        (:data:`COVER_SCAN` per planned case, and further, up to :data:`MAX_SCAN`, for a class whose cheapest
        member so far is dearer than every kept case: :func:`_dearer_members`), whatever it costs;
-    3. the larger planned cases in seed order while the cut's work stays within the share, then seeds beyond
-       the plan no larger than the median, up to the planned count.
+    3. planned cases no dearer than the plan's median, in seed order, up to :data:`CUT_CASES` in all (the
+       plan's own mix of dtype, layout, distribution and shape: a tail leak needs a partial tile *and* values
+       it is not lost in), while the cut's work stays within the share; then seeds beyond the plan no larger
+       than its median. The plan's dearer cases run where a class needs them: a cut's large sizes are the
+       cover's (past each tiled dim's largest tile, ``also`` sizes).
 
-    None when that would not save work (a plan of small cases): the whole plan runs."""
+    None when that would not save work (a plan of a few cases): the whole plan runs."""
     sizes = sorted(work(s) for s in specs)
     median = sizes[len(sizes) // 2] if sizes else 0
     pinned = set(op.seeds)
-    kept = [s for s in specs if s.seed in pinned or work(s) <= median]
-    kept_seeds = {s.seed for s in kept}
-    rest = [s for s in specs if s.seed not in kept_seeds]
+    kept = [s for s in specs if s.seed in pinned]
+    rest = [s for s in specs if s.seed not in pinned]
     start = max(s.seed for s in specs) + 1  # where smaller_seeds' scans begin
     wide = smaller_seeds(op, specs, accept, limit=COVER_SCAN * len(specs), scan=COVER_SCAN, largest=MAX_WORK)
     # the fill's stand-ins are smaller_seeds' default (the first EXTRA_SCAN seeds per case, no larger than the
     # median), all of them inside the wide scan: taken from it rather than derived again
     near = start + min(EXTRA_SCAN * len(specs), MAX_SCAN)
     extras = [s for s in wide if s.seed < near and work(s) <= median][: len(specs)]
-    goals = cover_goals(op, specs, needs, specs + wide)
-    model = work_model(op)
-    met_by = goals_met(goals, [*kept, *rest, *wide])  # once: the search for dearer classes and the cover read it
     past_wide = start + min(COVER_SCAN * len(specs), MAX_SCAN)
+    wide += _first_members(op, accept, specs + wide, range(past_wide, start + MAX_SCAN))
+    goals = cover_goals(op, specs, needs, specs + wide)
+    model = model or work_model(op)
+    met_by = goals_met(goals, [*kept, *rest, *wide])  # once: the search for dearer classes and the cover read it
     dearer = _dearer_members(op, accept, kept, rest + wide, goals, met_by, model, range(past_wide, start + MAX_SCAN))
     met_by.update(goals_met(goals, dearer))
     wide += dearer
@@ -524,19 +657,52 @@ def fit_work(
     full = sum(model.cost(s) for s in specs)
     allowed = share * full
     spent = sum(model.cost(s) for s in kept + cover)
+    # the plan's cheaper half (cases at most its median cost), in seed order: they keep its own mix of dtype,
+    # layout, distribution and shape; its dearer cases run where a class needs them (the cover)
+    costs = sorted(model.cost(s) for s in specs)
+    middle = costs[len(costs) // 2]
+    further = [s for s in rest if s.seed not in taken and model.cost(s) <= middle]
     fill = select(
         kept + cover,
-        [s for s in rest if s.seed not in taken],
+        further,
         [s for s in extras if s.seed not in taken],
         [],
         model,
         max(0.0, allowed - spent),
-        len(specs),
+        max(CUT_CASES, len(kept) + len(cover)),
     ).fill
     chosen = sorted(kept + cover + fill, key=lambda s: (s.seed not in pinned, s.seed))
     if sum(model.cost(s) for s in chosen) >= full:
         return None  # no saving: the whole plan runs, and no budget is reported
     return WorkCut(specs, chosen, goals, share, allowed, source, model)
+
+
+def _first_members(
+    op: OpConfig, accept: Callable[[CaseSpec], bool], pool: list[CaseSpec], seeds: range
+) -> list[CaseSpec]:
+    """For each tile and layout class (:func:`tile_targets`, :func:`layout_targets`) nothing in ``pool`` meets,
+    the first of ``seeds`` that ``accept`` keeps and that meets it. A small plan's scan (32 seeds a case) may
+    hold no float32 case past a dim's first tile at all, and a class no case meets is left out of the cut:
+    the bug that shows there (an accumulator overwritten once K spans two tiles) with it."""
+    dtypes = sorted({s.dtype for s in pool})
+    unmet = [
+        t
+        for t in tile_targets(op, dtypes, {s.distribution for s in pool}) + layout_targets(non_degenerate(op), pool)
+        if not any(t.met(s) for s in pool)
+    ]
+    found: list[CaseSpec] = []
+    taken = {s.seed for s in pool} | set(op.seeds)
+    for seed in seeds:
+        if not unmet:
+            break
+        if seed in taken:
+            continue
+        spec = derive_case(op, seed)
+        if not accept(spec) or not any(t.met(spec) for t in unmet):
+            continue
+        found.append(spec)
+        unmet = [t for t in unmet if not t.met(spec)]
+    return found
 
 
 def _dearer_members(
@@ -546,7 +712,7 @@ def _dearer_members(
     pool: list[CaseSpec],
     goals: list[Target],
     met_by: dict[int, frozenset[int]],
-    model: WorkModel,
+    model: WorkModel | CountModel,
     seeds: range,
 ) -> list[CaseSpec]:
     """Cheaper members of the classes whose cheapest case in ``pool`` costs more than every kept case: of
@@ -610,20 +776,25 @@ def coverage(planned: list[CaseSpec], ran: list[CaseSpec], goals: list[Target]) 
 
 __all__ = [
     "AXES",
+    "CUT_CASES",
     "DEFAULT_WORK_SHARE",
     "PROBE_CASES",
     "WORK_PER_CASE",
     "CostModel",
+    "CountModel",
+    "Growth",
     "Selection",
     "Target",
     "WorkCut",
     "WorkModel",
     "budget_entry",
+    "count_model",
     "cover_goals",
     "coverage",
     "fit",
     "fit_total",
     "fit_work",
+    "kernel_cost",
     "layout_targets",
     "non_degenerate",
     "plan_filter",

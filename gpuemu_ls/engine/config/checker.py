@@ -1254,7 +1254,7 @@ def op_cost(root: Path, op: dict[str, Any]) -> tuple[str, str]:
     whose interpreter pays milliseconds per program and loop trip, where small shapes find the same bugs."""
     declared = op.get("cost", "auto")
     if declared != "auto":
-        return declared, "declared" if declared == "high" else ""
+        return declared, "declared"
     start: str | Path | None = None
     if isinstance(op.get("module"), str):
         start = op["module"].split(":", 1)[0]

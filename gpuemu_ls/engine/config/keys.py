@@ -38,7 +38,8 @@ NUMERIC_BOUNDS: dict[str, tuple[float, float]] = {
 #: cannot hold one case of an op worth budgeting) and at most a day, like every timeout.
 MIN_BUDGET_S = 1.0
 #: What an op's ``cost`` may declare: ``high`` gives it small-scope shapes and a work budget (cases/plan.py,
-#: cases/budget.py); ``auto`` (the default) is ``high`` for an op that imports triton, ``normal`` otherwise.
+#: cases/budget.py); ``auto`` (the default) is ``high`` for an op that imports triton or whose probe case
+#: launches a Triton kernel (run/cost_probe.py), ``normal`` otherwise.
 COSTS = ("auto", "normal", "high")
 _DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?", re.IGNORECASE)
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}

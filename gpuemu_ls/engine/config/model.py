@@ -164,7 +164,7 @@ class OpConfig:
     default_distributions: bool = False
     budget: float | None = None  # seconds for this op's cases (math.inf: off); None: the run's or the default
     cost: str = "normal"  # "high": small-scope shapes (cases/plan.py) and a work budget (cases/budget.py)
-    cost_reason: str = ""  # why the cost is high: "declared", or what ``cost = "auto"`` found
+    cost_reason: str = ""  # "declared" (high or normal), or what ``cost = "auto"`` found ("": nothing)
     inplace: tuple[str, ...] = ()  # inputs the op writes its result into: judged as outputs of those names
     grad: tuple[str, ...] = ()  # inputs whose gradients are judged as outputs grad_<name> (run/grads.py)
     outputs: tuple[str, ...] = ()  # names of the op's positional outputs (result, result0.. otherwise)

@@ -30,6 +30,7 @@ from ..cases.budget import (
     DEFAULT_WORK_SHARE,
     PROBE_CASES,
     CostModel,
+    CountModel,
     Target,
     WorkCut,
     budget_entry,
@@ -115,18 +116,39 @@ def needs_of(op: OpConfig, mode: str) -> list[Need]:
     return also_needs(op, op.dtypes) + minimum_needs(op) + (quick_needs(op) if mode == "quick" else structure_needs(op))
 
 
-def work_cut(config: Config, op: OpConfig, mode: str, specs: list[CaseSpec], given: float | None) -> WorkCut | None:
-    """The default work budget's cut of ``op``'s plan in a run of ``mode`` whose ``--budget`` is ``given``
-    (``math.inf``: off); None where something else decides: a run's time budget or "off" (given or
-    ``[ci] budget``), the op's own ``budget`` (time or "off"), a normal-cost op, a fuzz run."""
-    if mode not in DEFAULT_WORK_SHARE or op.cost != "high" or op.budget is not None or not specs:
-        return None
+def default_cut_applies(config: Config, op: OpConfig, mode: str, given: float | None) -> bool:
+    """Whether the default work budget may cut ``op`` in a run of ``mode`` whose ``--budget`` is ``given``
+    (``math.inf``: off), its cost aside: not where a run's time budget or "off" (given or ``[ci] budget``), the
+    op's own ``budget`` (time or "off") or a fuzz run decides."""
+    if mode not in DEFAULT_WORK_SHARE or op.budget is not None:
+        return False
     budgets = resolve(config, mode, [op], given)
-    if budgets.off or budgets.run is not None:
+    return not (budgets.off or budgets.run is not None)
+
+
+def work_cut(
+    config: Config,
+    op: OpConfig,
+    mode: str,
+    specs: list[CaseSpec],
+    given: float | None,
+    *,
+    model: CountModel | None = None,
+    reason: str | None = None,
+) -> WorkCut | None:
+    """The default work budget's cut of ``op``'s plan (:func:`default_cut_applies`); None for a normal-cost op.
+    ``reason``, when given, is why the op is high-cost (its probe case launched a Triton kernel) and ``model``
+    what its probe cases counted (run/cost_probe.py); else the op's cost as configured (declared, or what
+    ``cost = "auto"`` read in its source) decides, in the work model of its dims."""
+    if not specs or not default_cut_applies(config, op, mode, given):
         return None
+    if reason is None:
+        if op.cost != "high":
+            return None
+        reason = op.cost_reason.split(":")[0] or "declared"
     accept = plan_filter(specs, run_filter(op, mode, quick_dtypes=config.ci.quick_dtypes))
-    source = f"default, cost high: {op.cost_reason.split(':')[0] or 'declared'}"
-    return fit_work(op, specs, accept, needs_of(op, mode), DEFAULT_WORK_SHARE[mode], source)
+    share = DEFAULT_WORK_SHARE[mode]
+    return fit_work(op, specs, accept, needs_of(op, mode), share, f"default, cost high: {reason}", model=model)
 
 
 def full_estimate(cut: WorkCut, outcome: OpOutcome) -> float:
@@ -311,4 +333,13 @@ class BudgetedOp:
         )
 
 
-__all__ = ["BudgetedOp", "Budgets", "allocate", "full_estimate", "needs_of", "resolve", "work_cut"]
+__all__ = [
+    "BudgetedOp",
+    "Budgets",
+    "allocate",
+    "default_cut_applies",
+    "full_estimate",
+    "needs_of",
+    "resolve",
+    "work_cut",
+]

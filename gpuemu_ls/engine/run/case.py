@@ -143,15 +143,16 @@ def run_case(
     # an in-place input (``inplace``): the reference reads its values from before the op wrote them
     unwritten = {n: np.array(inputs.logical[n], copy=True) for n in op.inplace if n in inputs.logical}
     phase("op")
-    launched = _launch_count(ctx)
+    before = _interp_counts(ctx)
     t0 = time.perf_counter()
     try:
         op_out = ctx.op_runner.call(inputs.views, dict(op.kwargs))
     except CallError as exc:
         return call_failed("op", exc)
     result.durations["op"] = time.perf_counter() - t0
-    if launched is not None and (launches := triton_interp.launches() - launched):
-        result.features["launches"] = launches  # Triton kernels the op ran in the interpreter
+    if before is not None and (ran := _interp_ran(before)) is not None:
+        # Triton kernels the op ran in the interpreter, their programs and operations: what the case cost there
+        result.features["launches"], result.features["programs"], result.features["interp_ops"] = ran
         why = triton_interp.bf16_ready() if _bf16_case(op, spec) else None
         if why is not None:
             return fail(
@@ -316,12 +317,22 @@ def _grad_bound(ctx: CaseContext, op: OpConfig, spec: CaseSpec, name: str) -> tu
     return bound.atol, bound.rtol, dtype
 
 
-def _launch_count(ctx: CaseContext) -> int | None:
-    """The interpreter's launch count before the op runs, with the interpreter patched (None: not patching)."""
-    if not ctx.triton_patch or "triton" not in sys.modules or not triton_interp.interpreting():
+def _interp_counts(ctx: CaseContext) -> tuple[int, int, int] | None:
+    """The interpreter's counts before the op runs (:func:`~.triton_interp.counts`; 0s while triton is not
+    imported: :func:`~.triton_interp.watch` counts from its import on, mid-case too); None: not patching."""
+    if not ctx.triton_patch:
         return None
-    triton_interp.install()  # counts launches even where it cannot patch bf16 (bf16_ready then says why)
-    return triton_interp.launches()
+    if "triton" in sys.modules and triton_interp.interpreting():
+        triton_interp.install()  # counts launches even where it cannot patch bf16 (bf16_ready then says why)
+    return triton_interp.counts()
+
+
+def _interp_ran(before: tuple[int, int, int]) -> tuple[int, int, int] | None:
+    """What the op ran in the interpreter since ``before``: launches, programs, operations (None: no launch)."""
+    if not triton_interp.interpreting():
+        return None
+    ran = tuple(after - was for after, was in zip(triton_interp.counts(), before, strict=True))
+    return ran if ran[0] else None  # type: ignore[return-value]
 
 
 def _bf16_case(op: OpConfig, spec: CaseSpec) -> bool:

@@ -30,8 +30,11 @@ PASS): see ``run/case.py``.
 from __future__ import annotations
 
 import functools
+import importlib.abc
+import importlib.machinery
 import math
 import os
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -43,8 +46,8 @@ SUPPORTED = ((3, 2), (3, 10))
 #: Environment variable that turns the patch off (``0``): bf16 cases of interpreted kernels are then not judged.
 ENV = "GPUEMU_TRITON_BF16"
 
-_LOCK = threading.Lock()
-_STATE: dict[str, Any] = {"installed": False, "why": None, "launches": 0}
+_LOCK = threading.RLock()  # re-entered when install() itself imports triton under watch()
+_STATE: dict[str, Any] = {"installed": False, "why": None, "launches": 0, "programs": 0, "ops": 0}
 
 
 def triton_version() -> tuple[int, int] | None:
@@ -83,7 +86,8 @@ def install() -> str | None:
         except Exception as exc:  # no triton, or a broken install: say so, never crash the worker
             _STATE["why"] = f"triton's interpreter cannot be imported ({exc})"
             return _STATE["why"]
-        _count_launches(interpreter)
+        if _STATE["installed"] or _STATE["why"] is not None:  # that import ran watch()'s install already
+            return _STATE["why"]
         if os.environ.get(ENV, "1").strip() == "0":
             _STATE["why"] = f"{ENV}=0 turns gpuemu's bf16 interpreter patch off"
         elif version is None or not SUPPORTED[0] <= version < SUPPORTED[1]:
@@ -95,7 +99,54 @@ def install() -> str | None:
         else:
             _patch(interpreter)
             _STATE["installed"] = True
+        _count(interpreter)  # after the patch: its builder methods are the ones counted
         return _STATE["why"]
+
+
+def watch() -> None:
+    """Patch and count the interpreter from the moment triton is imported in this process, whenever that is:
+    now if it already is, else as soon as an ``import triton`` finishes (a shim that loads its kernels through
+    ``importlib`` on its first call imports triton mid-case, and that case must be counted and computed right
+    too). Idempotent; gpuemu's workers call it when they load an op."""
+    if "triton" in sys.modules:
+        install()
+        return
+    with _LOCK:
+        if not any(isinstance(f, _AfterTritonImport) for f in sys.meta_path):
+            sys.meta_path.insert(0, _AfterTritonImport())
+
+
+class _AfterTritonImport(importlib.abc.MetaPathFinder):
+    """Runs :func:`install` once the ``triton`` package has been imported (its ``__init__`` finished, so the
+    interpreter and ``triton.language`` are whole), then steps out of ``sys.meta_path``."""
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        if name != "triton":
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None and spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                spec.loader = _InstallAfter(spec.loader)
+                return spec
+        return None
+
+
+class _InstallAfter(importlib.abc.Loader):
+    """A loader that runs triton's own and then :func:`install`."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> Any:
+        return self.inner.create_module(spec)
+
+    def exec_module(self, module: Any) -> None:
+        self.inner.exec_module(module)
+        with _LOCK:
+            sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _AfterTritonImport)]
+        install()
 
 
 def interpreting() -> bool:
@@ -175,6 +226,14 @@ def _self_test() -> str | None:
 def launches() -> int:
     """Kernel launches the interpreter ran in this process since it was patched (a case reads the difference)."""
     return int(_STATE["launches"])
+
+
+def counts() -> tuple[int, int, int]:
+    """Launches, program instances and interpreter operations (the builder's ``create_*`` calls) run in this
+    process since counting began (0s before): a case reads the difference. The interpreter's time is close to
+    proportional to its operations (~50 us each, whatever the block size at the sizes kernels are tested at),
+    plus about a millisecond per launch: a cost that is counted, so the same on every machine."""
+    return int(_STATE["launches"]), int(_STATE["programs"]), int(_STATE["ops"])
 
 
 def _patch(interp: Any) -> None:
@@ -369,8 +428,12 @@ def _pairwise_bf16(values: np.ndarray) -> np.ndarray:
     return x[..., 0] if x.shape[-1] else np.zeros(x.shape[:-1], dtype=np.float32)
 
 
-def _count_launches(interp: Any) -> None:
-    """Count the interpreter's kernel launches (one per grid run): which ops run a Triton kernel here."""
+def _count(interp: Any) -> None:
+    """Count the interpreter's kernel launches (one per grid run), the program instances of their grids and
+    the operations they execute: which ops run a Triton kernel here, and what a case costs there."""
+    if _STATE.get("counting"):
+        return
+    _STATE["counting"] = True
     executor = interp.GridExecutor
     original_call = executor.__call__
 
@@ -379,6 +442,25 @@ def _count_launches(interp: Any) -> None:
         return original_call(self, *args, **kwargs)
 
     executor.__call__ = call
+    builder_cls = interp.InterpreterBuilder
+    original_grid = builder_cls.set_grid_dim
+
+    def set_grid_dim(self: Any, x: int, y: int, z: int) -> Any:
+        _STATE["programs"] += int(x) * int(y) * int(z)
+        return original_grid(self, x, y, z)
+
+    builder_cls.set_grid_dim = set_grid_dim
+    for name in [n for n in vars(builder_cls) if n.startswith("create_")]:
+        setattr(builder_cls, name, _counted(getattr(builder_cls, name)))
+
+
+def _counted(method: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(method)
+    def op(*args: Any, **kwargs: Any) -> Any:
+        _STATE["ops"] += 1
+        return method(*args, **kwargs)
+
+    return op
 
 
 # --- libdevice --------------------------------------------------------------------------------------------

@@ -32,8 +32,9 @@ from ..oracle.diagnose import diagnose
 from ..oracle.outcome import CaseResult, OpOutcome, not_judged_reason, op_status
 from ..store.db import Store
 from ..store.prune import retain
-from .budgeted import BudgetedOp, allocate, full_estimate, resolve, work_cut
+from .budgeted import BudgetedOp, allocate, default_cut_applies, full_estimate, resolve, work_cut
 from .confirm import make_probe
+from .cost_probe import LAUNCHED, probe_cost, probes
 from .cpus import available_cpus
 from .runners import is_library
 from .supervisor import Cancelled, SetupFailed, Worker, WorkerLost
@@ -504,12 +505,31 @@ def run_validation(
         b.probe()
         return b
 
+    cuts: dict[str, WorkCut | None] = {}  # the default work budget's cut each op ran (None: its whole plan)
+
+    def planned(op: OpConfig) -> OpOutcome:
+        """Run ``op``'s plan, cut by what its probe cases counted where its cost is measured first
+        (run/cost_probe.py)."""
+        plan = plan_of(op)
+        cuts[op.name] = cut = getattr(plan, "cut", None)
+        specs: list[CaseSpec] = plan
+        mode = options.mode
+        # a Plan is what plan_op made (given or not); a plain list is what the caller chose (a replay, a filter)
+        if isinstance(plan, Plan) and plan and probes(op) and default_cut_applies(config, op, mode, options.budget):
+            quiet = dataclasses.replace(options, on_case=None, on_op=None, on_op_start=None, fail_fast=False)
+            measured = probe_cost(op, plan, lambda part: execute(op, part, quiet))
+            if measured.launched:
+                full = cut.planned if cut is not None else plan
+                reason = LAUNCHED if op.cost != "high" else f"{op.cost_reason.split(':')[0]}; {LAUNCHED}"
+                cut = work_cut(config, op, mode, full, options.budget, model=measured.model, reason=reason)
+                cuts[op.name], specs = cut, (cut.specs if cut is not None else full)
+        if options.on_op_start:
+            options.on_op_start(op.name, len(specs))
+        return execute(op, specs, options)
+
     def one(op: OpConfig, outcome: OpOutcome | None = None) -> OpOutcome:
         if outcome is None:
-            specs = plan_of(op)
-            if options.on_op_start:
-                options.on_op_start(op.name, len(specs))
-            outcome = execute(op, specs, options)
+            outcome = planned(op)
         probe = None
         if options.mode in (*VERDICT_MODES, "calibrate") and outcome.status in ("failed", "error"):
             quiet = dataclasses.replace(
@@ -522,7 +542,7 @@ def run_validation(
 
             probe = make_probe(config, op, run_one)
         outcome.diagnosis = diagnose(outcome, op, config.root, probe)
-        cut: WorkCut | None = getattr(plan_of(op), "cut", None)
+        cut = cuts.get(op.name)
         if cut is not None:
             outcome.budget = cut.report([c.spec for c in outcome.cases], full_estimate(cut, outcome))
         if store is not None and run_id is not None and outcome.status != "cancelled":

@@ -22,13 +22,14 @@ from pathlib import Path
 
 from ..cases.plan import CaseSpec
 from ..config.model import OpConfig, ValidationConfig
-from . import contain, pick, shadow
+from . import contain, pick, shadow, triton_interp
 from .case import CaseContext, run_case_guarded
 from .runners import CallError, ScriptRunner
 
 
 def build_context(root: Path, op: OpConfig, validation: ValidationConfig) -> CaseContext:
     """Load the op and its reference; CallError (kind ``import``) names file and line when that fails."""
+    triton_interp.watch()  # bf16 and counting from triton's import on, by the op's module or its first call
     op_runner = pick.op_runner(root, op, isolated=True)
     if op_runner is None:
         raise CallError(
