@@ -273,6 +273,8 @@ def _run_and_report(
     total = sum(len(v) for v in plans.values())
     progress = Progress(total, enabled=not args.no_progress and args.format == "text" and not args.output)
     options.on_case = lambda op, r, i, n: progress.case(op, r.status, i, n)
+    # an op whose probe case measured its cost runs its cut, not the plan counted above
+    options.on_op_start = lambda op, n: progress.replan(len(plans.get(op, ())), n)
     result = run_validation(cfg, options, specs_by_op=plans, snapshots=snapshots)
     progress.close()
     doc = build_document(cfg, result, mode=options.mode)

@@ -38,6 +38,11 @@ class Progress:
                 )
                 self.stream.flush()
 
+    def replan(self, planned: int, running: int) -> None:
+        """An op whose plan was ``planned`` cases runs ``running`` (its cost measured first, then cut)."""
+        with self.lock:
+            self.total += running - planned
+
     def op_done(self, line: str) -> None:
         with self.lock:
             self.current = {}

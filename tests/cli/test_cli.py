@@ -412,3 +412,24 @@ def test_a_broken_gpuemu_toml_is_a_config_error_never_the_parents_workspace(bugg
         out = gpuemu(*args, cwd=child, timeout=60)
         assert out.returncode == 2, out.stdout + out.stderr
         assert "gpuemu.toml" in out.stderr and str(child) in out.stderr and "scale" not in out.stdout, out.stderr
+
+
+def test_progress_counts_the_cases_a_measured_op_runs_not_its_plan() -> None:
+    """An op whose probe case measured its cost runs its cut (25 of 100 planned): the bar ends full."""
+    import io
+
+    from gpuemu_ls.console import Progress
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    out = Terminal()
+    progress = Progress(200, out)
+    progress.replan(100, 25)  # the first op, cut
+    for i in range(1, 26):
+        progress.case("a", "passed", i, 25)
+    progress.replan(100, 100)  # the second op, whole
+    for i in range(1, 101):
+        progress.case("b", "passed", i, 100)
+    assert "125/125 cases" in out.getvalue() and "/200 cases" not in out.getvalue()
