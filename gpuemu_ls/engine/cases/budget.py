@@ -364,7 +364,7 @@ def select(
     planned: list[CaseSpec],
     extras: list[CaseSpec],
     goals: list[Target],
-    model: CostModel | WorkModel,
+    model: CostModel | WorkModel | CountModel | _SeedCosts,
     allowance: float,
     max_count: int,
     met_by: dict[int, frozenset[int]] | None = None,
@@ -530,10 +530,7 @@ def tile_targets(op: OpConfig, dtypes: list[str], distributions: Iterable[str] |
     :data:`~gpuemu_ls.engine.cases.plan.HIDING_DISTRIBUTIONS`): a small plan may draw no plain values at all,
     and a class no case can meet is left out of a cut."""
     guard = non_degenerate(op, tiled_dims(op))
-    ordinary = set(PLAIN_DISTRIBUTIONS) & set(op.distributions if distributions is None else distributions)
-
-    def plain(spec: CaseSpec) -> bool:  # values a wrong tile cannot hide in (no NaN, no overflow, not all 0)
-        return spec.distribution in ordinary if ordinary else spec.distribution not in HIDING_DISTRIBUTIONS
+    plain = plain_values(op.distributions if distributions is None else distributions)
 
     out: list[Target] = []
     for name in tiled_dims(op):
@@ -568,14 +565,28 @@ def tile_targets(op: OpConfig, dtypes: list[str], distributions: Iterable[str] |
     return out
 
 
+def plain_values(distributions: Iterable[str]) -> Callable[[CaseSpec], bool]:
+    """Whether a case's values cannot hide a wrong answer (no NaN, no overflow, not constant): one of
+    :data:`PLAIN_DISTRIBUTIONS` where ``distributions`` (the plan's) has them, else any but
+    :data:`~gpuemu_ls.engine.cases.plan.HIDING_DISTRIBUTIONS`."""
+    ordinary = set(PLAIN_DISTRIBUTIONS) & set(distributions)
+
+    def plain(spec: CaseSpec) -> bool:
+        return spec.distribution in ordinary if ordinary else spec.distribution not in HIDING_DISTRIBUTIONS
+
+    return plain
+
+
 def layout_targets(guard: Callable[[CaseSpec], bool], specs: list[CaseSpec]) -> list[Target]:
-    """Each layout the plan has in each dtype it has, not degenerate: a stride bug shows in every dtype."""
+    """Each layout the plan has in each dtype it has, not degenerate and with values that cannot hide it
+    (:func:`plain_values`: constant rows read the same transposed): a stride bug shows in every dtype."""
     pairs = sorted({(s.dtype, s.layout) for s in specs})
+    plain = plain_values({s.distribution for s in specs})
     return [
         Target(
             "layout",
             f"{layout} in {dtype}",
-            test=lambda s, d=dtype, lay=layout: (s.dtype, s.layout) == (d, lay),
+            test=lambda s, d=dtype, lay=layout: (s.dtype, s.layout) == (d, lay) and plain(s),
             guard=guard,
         )
         for dtype, layout in pairs
@@ -603,6 +614,20 @@ def cover_goals(op: OpConfig, specs: list[CaseSpec], needs: list[Need], pool: li
     dtypes = sorted({s.dtype for s in specs})
     extra = tile_targets(op, dtypes, {s.distribution for s in specs}) + layout_targets(guard, specs)
     return goals + [t for t in extra if any(t.met(s) for s in pool)]
+
+
+class _SeedCosts:
+    """A cost model's answers by seed (a seed is one case of an op): a cut asks each case's cost many times."""
+
+    def __init__(self, model: WorkModel | CountModel) -> None:
+        self.model = model
+        self.by_seed: dict[int, float] = {}
+
+    def cost(self, spec: CaseSpec) -> float:
+        found = self.by_seed.get(spec.seed)
+        if found is None:
+            found = self.by_seed[spec.seed] = self.model.cost(spec)
+        return found
 
 
 def fit_work(
@@ -648,31 +673,32 @@ def fit_work(
     wide += _first_members(op, accept, specs + wide, range(past_wide, start + MAX_SCAN))
     goals = cover_goals(op, specs, needs, specs + wide)
     model = model or work_model(op)
+    costs = _SeedCosts(model)  # the cover and the search for dearer classes ask each case's cost many times
     met_by = goals_met(goals, [*kept, *rest, *wide])  # once: the search for dearer classes and the cover read it
-    dearer = _dearer_members(op, accept, kept, rest + wide, goals, met_by, model, range(past_wide, start + MAX_SCAN))
+    middle = sorted(costs.cost(s) for s in specs)[len(specs) // 2]
+    seeds = range(past_wide, start + MAX_SCAN)
+    dearer = _dearer_members(op, accept, kept, rest + wide, goals, met_by, costs, seeds, middle)
     met_by.update(goals_met(goals, dearer))
     wide += dearer
-    cover = select(kept, rest, wide, goals, model, math.inf, len(kept) + len(goals), met_by).cover
+    cover = select(kept, rest, wide, goals, costs, math.inf, len(kept) + len(goals), met_by).cover
     taken = {s.seed for s in kept + cover}
-    full = sum(model.cost(s) for s in specs)
+    full = sum(costs.cost(s) for s in specs)
     allowed = share * full
-    spent = sum(model.cost(s) for s in kept + cover)
+    spent = sum(costs.cost(s) for s in kept + cover)
     # the plan's cheaper half (cases at most its median cost), in seed order: they keep its own mix of dtype,
     # layout, distribution and shape; its dearer cases run where a class needs them (the cover)
-    costs = sorted(model.cost(s) for s in specs)
-    middle = costs[len(costs) // 2]
-    further = [s for s in rest if s.seed not in taken and model.cost(s) <= middle]
+    further = [s for s in rest if s.seed not in taken and costs.cost(s) <= middle]
     fill = select(
         kept + cover,
         further,
         [s for s in extras if s.seed not in taken],
         [],
-        model,
+        costs,
         max(0.0, allowed - spent),
         max(CUT_CASES, len(kept) + len(cover)),
     ).fill
     chosen = sorted(kept + cover + fill, key=lambda s: (s.seed not in pinned, s.seed))
-    if sum(model.cost(s) for s in chosen) >= full:
+    if sum(costs.cost(s) for s in chosen) >= full:
         return None  # no saving: the whole plan runs, and no budget is reported
     return WorkCut(specs, chosen, goals, share, allowed, source, model)
 
@@ -712,19 +738,20 @@ def _dearer_members(
     pool: list[CaseSpec],
     goals: list[Target],
     met_by: dict[int, frozenset[int]],
-    model: WorkModel | CountModel,
+    model: WorkModel | CountModel | _SeedCosts,
     seeds: range,
+    bound: float = 0.0,
 ) -> list[CaseSpec]:
-    """Cheaper members of the classes whose cheapest case in ``pool`` costs more than every kept case: of
-    ``seeds`` (past the wide scan, to :data:`MAX_SCAN` past the plan's last), each that is the cheapest yet of
-    such a class, until each has a member no dearer than the kept cases. ``met_by``: :func:`goals_met` of
-    ``kept`` and ``pool``.
+    """Cheaper members of the classes whose cheapest case in ``pool`` costs more than ``bound`` (the plan's
+    median case, or a kept case if dearer): of ``seeds`` (past the wide scan, to :data:`MAX_SCAN` past the
+    plan's last), each that is the cheapest yet of such a class, until each has a member no dearer than that.
+    ``met_by``: :func:`goals_met` of ``kept`` and ``pool``.
 
     A rare class (a structured distribution at a boundary shape, a dim past the largest tile in one dtype)
     may have one member among the seeds the wide scan saw, as likely the plan's largest size as its smallest:
     for a kernel quadratic in a dim, that one case can cost more than all the rest of the cut (benchmark 11's
     attention: 6 s of a 12 s op). The default shape is one size: nothing cheaper to look for."""
-    bound = max((model.cost(s) for s in kept), default=0.0)
+    bound = max((model.cost(s) for s in kept), default=bound)
     shown = frozenset().union(*(met_by[s.seed] for s in kept))
     best: dict[int, float] = {}
     for j, t in enumerate(goals):
@@ -797,6 +824,7 @@ __all__ = [
     "kernel_cost",
     "layout_targets",
     "non_degenerate",
+    "plain_values",
     "plan_filter",
     "select",
     "smaller_seeds",
