@@ -63,7 +63,9 @@ def test_the_default_gate_catches_every_bug_and_passes_every_twin(tmp_path: Path
         # the source says triton and the probe case confirms it: the cut is in counted interpreter operations
         assert budget["source"] == "default, cost high: imports triton; launched a Triton kernel in its probe case"
         assert budget["work"]["unit"].startswith("interpreter operations"), e["name"]
-        assert budget["cut_classes"] == [] and budget["work"]["ran"] < budget["work"]["full"], e["name"]
+        assert budget["cut_classes"] == [], e["name"]
+        # thorough saves work; a quick plan of 8 cases may cost less than the cut that covers its classes
+        assert mode == "--quick" or budget["work"]["ran"] < budget["work"]["full"], e["name"]
     if mode == "--thorough":  # a quick plan may have nothing to save; a thorough one always has here
         assert len(cut) == 16 and doc["budget"]["line"].startswith("budget cut 16 of 16 ops to ")
         assert doc["budget"]["line"].endswith("--budget off")

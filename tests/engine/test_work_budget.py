@@ -113,7 +113,9 @@ def test_a_work_cut_keeps_every_class_and_stays_within_its_share(tmp_path: Path,
     assert cov["cut_classes"] == [] and cov["covered"] == cov["classes"] > 10
     # coverage cases run whatever they cost; everything else stays within the share
     full = sum(cut.model.cost(s) for s in specs)
-    assert cut.work < (full / 2 if mode == "thorough" else full)
+    plan_misses = any(not any(g.met(s) for s in specs) for g in cut.goals)
+    # a quick plan of 8 cases that misses a class runs the cut even where it costs more: a small case a class
+    assert cut.work < full / 2 if mode == "thorough" else (cut.work < full or plan_misses)
     # more cases than planned only to cover classes, each by a small case
     assert len(cut.specs) <= len(specs) + len(cut.goals) and len({s.seed for s in cut.specs}) == len(cut.specs)
     accept = run_filter(op, mode, quick_dtypes=cfg.ci.quick_dtypes)

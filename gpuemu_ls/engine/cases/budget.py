@@ -657,7 +657,8 @@ def fit_work(
        than its median. The plan's dearer cases run where a class needs them: a cut's large sizes are the
        cover's (past each tiled dim's largest tile, ``also`` sizes).
 
-    None when that would not save work (a plan of a few cases): the whole plan runs."""
+    None when that would not save work and the plan meets every class itself: the whole plan runs. (A quick
+    plan of 8 cases that misses classes runs the cut, even where it costs more: every class by a small case.)"""
     sizes = sorted(work(s) for s in specs)
     median = sizes[len(sizes) // 2] if sizes else 0
     pinned = set(op.seeds)
@@ -698,8 +699,8 @@ def fit_work(
         max(CUT_CASES, len(kept) + len(cover)),
     ).fill
     chosen = sorted(kept + cover + fill, key=lambda s: (s.seed not in pinned, s.seed))
-    if sum(costs.cost(s) for s in chosen) >= full:
-        return None  # no saving: the whole plan runs, and no budget is reported
+    if sum(costs.cost(s) for s in chosen) >= full and all(any(g.met(s) for s in specs) for g in goals):
+        return None  # no saving and nothing the plan misses: the whole plan runs, and no budget is reported
     return WorkCut(specs, chosen, goals, share, allowed, source, model)
 
 

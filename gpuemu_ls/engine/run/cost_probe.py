@@ -46,8 +46,10 @@ class CostProbe:
 
 def probes(op: OpConfig) -> bool:
     """Whether a run measures ``op``'s cost on a probe case first: its cases run in gpuemu's workers, in this
-    process's language (a script op's kernels run in the script's own process) and triton is installed."""
-    if not op.runnable or op.execution_mode == "script_based":
+    process's language (a script op's kernels run in the script's own process), on torch tensors (what a
+    Triton kernel takes: a numpy or JAX op is never probed, and a crash there is one of its own cases) and
+    triton is installed."""
+    if not op.runnable or op.execution_mode == "script_based" or op.framework != "pytorch":
         return False
     if op.cost == "normal" and op.cost_reason == "declared":
         return False
