@@ -73,7 +73,7 @@ def code_actions(session: WorkspaceSession, diagnostics: list[lsp.Diagnostic], t
                         op.index,
                         op.name,
                         int(seed),
-                        plan if isinstance(plan, int) and op.default_distributions else None,
+                        plan if isinstance(plan, int) and op.plan_bound else None,
                     )
                 except (KeyError, UsageError, Exception):
                     new = None

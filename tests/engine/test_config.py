@@ -269,7 +269,7 @@ def test_full_config_loads_every_key(workspace) -> None:
 def test_defaults_when_keys_are_absent(workspace) -> None:
     cfg = load_config(workspace(OP_HEAD, {"ops.py": OPS_PY}))
     op = cfg.op("a")
-    assert cfg.validation.dtypes == ("float32",) and cfg.validation.seed == 0
+    assert cfg.validation.dtypes == ("float32", "float16", "bfloat16") and cfg.validation.seed == 0
     assert op.layouts == ("contiguous", "transposed", "strided") and op.distributions == DEFAULT_DISTRIBUTIONS
     assert op.execution_mode == "in_process" and op.framework == "numpy"
     assert cfg.ci.quick_dtypes is None  # not set: float32 plus a few half-precision cases

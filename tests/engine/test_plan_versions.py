@@ -1,5 +1,6 @@
 """Plan versions (issue 25 item 4): a seed keeps the meaning it was recorded with when the default set of
-distributions grows (plan 2, the default, adds ``peaked``). Plan 1 must still draw for every op of the
+distributions grows (plan 2 adds ``peaked``) or the default dtypes do (plan 3, the default: the three float
+dtypes where neither the op nor [validation] lists dtypes; issue 29 item 2). Plan 1 must still draw for every op of the
 examples the very cases the release before plan versions drew (hashes in data/plan1_cases.json, computed
 with that release's code); stored cases, pins, baselines and replay commands keep their plan."""
 
@@ -21,7 +22,7 @@ from kit.workspace import load_op, write_ws
 from gpuemu_ls.engine.cases.generate import generate_inputs
 from gpuemu_ls.engine.cases.plan import CaseSpec, derive_case, iter_seeds
 from gpuemu_ls.engine.config.edits import pin_seed
-from gpuemu_ls.engine.config.keys import DISTRIBUTIONS, PLAN, PLAN_DISTRIBUTIONS
+from gpuemu_ls.engine.config.keys import DISTRIBUTIONS, PLAN, PLAN_DISTRIBUTIONS, PLAN_DTYPES
 from gpuemu_ls.engine.config.load import load_config
 from gpuemu_ls.engine.errors import ConfigError
 from gpuemu_ls.engine.report.lines import replay_command
@@ -45,13 +46,15 @@ def test_plan_1_draws_what_the_previous_release_drew(ws: str) -> None:
         assert _cases_hash(op, 1) == PLAN1[f"{ws}:{op.name}"], op.name
 
 
-def test_plan_2_adds_peaked_to_the_default_set_only() -> None:
-    assert PLAN == 2 and "peaked" in DISTRIBUTIONS and "peaked" not in PLAN_DISTRIBUTIONS[1]
-    assert PLAN_DISTRIBUTIONS[2] == DISTRIBUTIONS == (*PLAN_DISTRIBUTIONS[1], "peaked")
+def test_plan_2_adds_peaked_to_the_default_set_and_plan_3_the_half_precision_dtypes() -> None:
+    assert PLAN == 3 and "peaked" in DISTRIBUTIONS and "peaked" not in PLAN_DISTRIBUTIONS[1]
+    assert PLAN_DISTRIBUTIONS[3] == PLAN_DISTRIBUTIONS[2] == DISTRIBUTIONS == (*PLAN_DISTRIBUTIONS[1], "peaked")
+    assert PLAN_DTYPES[1] == PLAN_DTYPES[2] == ("float32",)
+    assert PLAN_DTYPES[3] == ("float32", "float16", "bfloat16")
 
 
-def _op(tmp_path: Path, **keys: object):
-    toml = project_toml(validation={"dtypes": ["float32"]}) + op_toml(
+def _op(tmp_path: Path, validation: dict | None = None, **keys: object):
+    toml = project_toml(validation={"dtypes": ["float32"]} if validation is None else validation) + op_toml(
         "o",
         module="ops:op",
         reference="ops:ref",
@@ -74,11 +77,40 @@ def test_a_default_set_op_draws_peaked_under_plan_2_and_an_op_with_its_own_list_
     assert sorted(c.distribution for c in two) == sorted(DISTRIBUTIONS)  # one window: each once, peaked too
     assert {c.plan for c in two} == {2}
     assert all(derive_case(op, s, plan=1).distribution != "peaked" for s in range(200))
-    assert all(derive_case(op, s, plan=1).plan == 1 and derive_case(op, s) == two_of(op, s) for s in range(60))
+    assert all(derive_case(op, s, plan=1).plan == 1 for s in range(60))
+    # plan 3 changes only the dtypes of ops that list none: this op's cases are plan 2's
+    assert all(_without_plan(derive_case(op, s)) == _without_plan(two_of(op, s)) for s in range(60))
     listed = _op(tmp_path / "listed", distributions=["normal", "peaked", "boundary"])
     for s in range(60):
         a, b = derive_case(listed, s, plan=1), derive_case(listed, s)
         assert a == b and a.plan == 0
+
+
+def _without_plan(spec: CaseSpec) -> dict:
+    d = spec.to_dict()
+    d.pop("plan")
+    return d
+
+
+def test_an_op_that_lists_no_dtypes_draws_the_three_float_dtypes_under_plan_3_only(tmp_path) -> None:
+    default = _op(tmp_path / "default", validation={})
+    listed = _op(tmp_path / "listed")  # [validation] dtypes = ["float32"]
+    own = _op(tmp_path / "own", validation={}, dtypes=["float32", "float16"])
+    assert default.dtypes == PLAN_DTYPES[3] and default.default_dtypes and default.plan_bound
+    assert not listed.default_dtypes and not own.default_dtypes
+    three = [derive_case(default, s) for s in range(90)]
+    assert {c.dtype for c in three} == set(PLAN_DTYPES[3]) and {c.plan for c in three} == {3}
+    for s in range(90):
+        # earlier plans: float32 only, the very case a float32 op drew then (stored seeds keep their meaning)
+        for plan in (1, 2):
+            old = derive_case(default, s, plan=plan)
+            assert old.plan == plan and old == derive_case(listed, s, plan=plan), (s, plan)
+        # only the dtype window changed: everything but the dtype is what plan 2 drew
+        new, old = _without_plan(three[s]), _without_plan(derive_case(default, s, plan=2))
+        assert {k: v for k, v in new.items() if k != "dtype"} == {k: v for k, v in old.items() if k != "dtype"}
+    assert {derive_case(own, s).dtype for s in range(40)} == {"float32", "float16"}
+    # its own dtypes (and the default distributions, equal under plans 2 and 3): the same case
+    assert all(_without_plan(derive_case(own, s, plan=2)) == _without_plan(derive_case(own, s)) for s in range(40))
 
 
 def test_pins_keep_their_plan_and_tables_pin_a_later_one(tmp_path) -> None:
@@ -91,7 +123,7 @@ def test_pins_keep_their_plan_and_tables_pin_a_later_one(tmp_path) -> None:
 @pytest.mark.parametrize(
     ("pin", "says"),
     [
-        ({"seed": 6, "plan": 3}, "must be one of [1, 2]"),
+        ({"seed": 6, "plan": 4}, "must be one of [1, 2, 3]"),
         ({"plan": 2}, "needs a seed"),
         ({"seed": 6, "plans": 2}, "unknown key 'plans'"),
         ({"seed": -1}, "must be in 0.."),

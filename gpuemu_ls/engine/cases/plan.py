@@ -55,7 +55,7 @@ from typing import Any
 
 from .. import dtypes as dt
 from ..config import dimexpr
-from ..config.keys import MAX_ITERATIONS, PLAN, PLAN_DISTRIBUTIONS
+from ..config.keys import MAX_ITERATIONS, PLAN, PLAN_DISTRIBUTIONS, PLAN_DTYPES
 from ..config.model import DimSpec, OpConfig
 from ..errors import UsageError
 from .rng import Stream
@@ -321,6 +321,12 @@ def plan_distributions(op: OpConfig, plan: int = PLAN) -> tuple[str, ...]:
     return PLAN_DISTRIBUTIONS[plan] if op.default_distributions and plan != PLAN else op.distributions
 
 
+def plan_dtypes(op: OpConfig, plan: int = PLAN) -> tuple[str, ...]:
+    """The dtypes seeds of ``plan`` draw from: the op's (for the current plan, or an op that lists its own),
+    else the earlier plan's default set."""
+    return PLAN_DTYPES[plan] if op.default_dtypes and plan != PLAN else op.dtypes
+
+
 def derive_case(
     op: OpConfig, seed: int, max_elements: int = DEFAULT_MAX_ELEMENTS, *, plan: int | None = None
 ) -> CaseSpec:
@@ -329,7 +335,7 @@ def derive_case(
     if plan not in PLAN_DISTRIBUTIONS:
         raise UsageError(f"unknown plan version {plan}: this gpuemu knows {sorted(PLAN_DISTRIBUTIONS)}")
     strategy = _window_pick(op.name, "strategy", seed, strategy_window(op))
-    dtype = _window_pick(op.name, "dtype", seed, op.dtypes)
+    dtype = _window_pick(op.name, "dtype", seed, plan_dtypes(op, plan))
     layout = _window_pick(op.name, "layout", seed, op.layouts)
     distribution = _window_pick(op.name, "distribution", seed, plan_distributions(op, plan))
     dims = derive_dims(op, seed, strategy, max_elements)
@@ -342,7 +348,7 @@ def derive_case(
         else:
             per_input[inp.name] = distribution
     shapes = {i.name: shape_of(i.shape, dims) for i in op.inputs}
-    spec_plan = plan if op.default_distributions else 0  # an op's own list: the same case under every plan
+    spec_plan = plan if op.plan_bound else 0  # an op's own lists: the same case under every plan
     return CaseSpec(op.name, seed, strategy, dtype, layout, distribution, dims, shapes, per_input, spec_plan)
 
 

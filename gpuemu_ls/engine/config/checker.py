@@ -41,6 +41,7 @@ from .keys import (
     COSTS,
     DEFAULT_DIMS,
     DEFAULT_DISTRIBUTIONS,
+    DEFAULT_DTYPES,
     DEFAULT_INPUT_SHAPE,
     DISTRIBUTIONS,
     EXECUTION_MODES,
@@ -1023,7 +1024,8 @@ class _Checker:
         framework = project.get("framework", "numpy")
         v = raw.get("validation", {})
         validation = ValidationConfig(
-            dtypes=tuple(v.get("dtypes", ("float32",))),
+            dtypes=tuple(v.get("dtypes", DEFAULT_DTYPES)),
+            dtypes_listed="dtypes" in v,
             check_nan=v.get("check_nan", True),
             check_inf=v.get("check_inf", True),
             strict=bool(v.get("strict", False)),
@@ -1198,6 +1200,7 @@ class _Checker:
             seeds=tuple(pinned_seed(p) for p in op.get("seeds", ())),
             pin_plans={pinned_seed(p): pinned_plan(p) for p in op.get("seeds", ())},
             default_distributions="distributions" not in op and not validation.distributions_listed,
+            default_dtypes="dtypes" not in op and not validation.dtypes_listed,
             budget=parse_duration(op["budget"]) if "budget" in op else None,
             cost=cost,
             cost_reason=cost_reason,

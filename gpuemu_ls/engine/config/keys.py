@@ -125,18 +125,30 @@ DISTRIBUTIONS = (
     "peaked",  # N(0, 1) rows, each with one dominant value (+12..+20) at a random position: confident logits
 )
 #: The plan version: what a bare (op, seed) means. Plan 1 draws from the first 18 distributions (no
-#: ``peaked``); plan 2 adds ``peaked`` to the default set. Only ops that take the default set see a
-#: difference (an op that lists its distributions draws the same case under every plan), and a seed
-#: recorded under a plan (stored cases, pins, baselines) replays under that plan. Plan 2 is the default;
-#: plan-1 cases stay reachable (``reproduce --plan 1``, bare-integer pins, cases stored before it).
-PLAN = 2
+#: ``peaked``); plan 2 adds ``peaked`` to the default set; plan 3 draws from the three float dtypes where
+#: neither the op nor [validation] lists dtypes (float32 alone before). Only ops that take a default set
+#: see a difference (an op that lists its distributions and dtypes draws the same case under every
+#: plan), and a seed recorded under a plan (stored cases, pins, baselines) replays under that plan. Plan
+#: 3 is the default; earlier plans' cases stay reachable (``reproduce --plan N``, bare-integer pins (plan
+#: 1), cases stored before it).
+PLAN = 3
 #: The default distributions of each plan.
 PLAN_DISTRIBUTIONS: dict[int, tuple[str, ...]] = {
     1: tuple(d for d in DISTRIBUTIONS if d != "peaked"),
     2: DISTRIBUTIONS,
+    3: DISTRIBUTIONS,
 }
 #: What an op draws from when neither it nor [validation] lists distributions.
 DEFAULT_DISTRIBUTIONS = PLAN_DISTRIBUTIONS[PLAN]
+#: The default dtypes of each plan: float32 alone up to plan 2, the three float dtypes from plan 3.
+PLAN_DTYPES: dict[int, tuple[str, ...]] = {
+    1: ("float32",),
+    2: ("float32",),
+    3: ("float32", "float16", "bfloat16"),
+}
+#: What an op draws from when neither it nor [validation] lists dtypes: thorough runs cover all three
+#: (a --quick run keeps to float32 plus a few half-precision cases, cases/plan.py:plan_quick).
+DEFAULT_DTYPES = PLAN_DTYPES[PLAN]
 
 
 def pinned_seed(pin: int | dict[str, Any]) -> int:

@@ -12,7 +12,7 @@ from typing import Any
 
 from .. import dtypes as dt
 from ..errors import Problem
-from .keys import DEFAULT_DISTRIBUTIONS
+from .keys import DEFAULT_DISTRIBUTIONS, DEFAULT_DTYPES
 from .tomlpos import PositionIndex, Span
 
 
@@ -162,6 +162,8 @@ class OpConfig:
     pin_plans: dict[int, int] = field(default_factory=dict)
     #: neither the op nor [validation] lists distributions: the plan's default set (keys.PLAN_DISTRIBUTIONS)
     default_distributions: bool = False
+    #: neither the op nor [validation] lists dtypes: the plan's default set (keys.PLAN_DTYPES)
+    default_dtypes: bool = False
     budget: float | None = None  # seconds for this op's cases (math.inf: off); None: the run's or the default
     cost: str = "normal"  # "high": small-scope shapes (cases/plan.py) and a work budget (cases/budget.py)
     cost_reason: str = ""  # "declared" (high or normal), or what ``cost = "auto"`` found ("": nothing)
@@ -180,6 +182,11 @@ class OpConfig:
     offset: float | None = None
     sign: str | None = None
     range: tuple[float | str, float | str] | None = None  # bounds [lo, hi]; may name dims
+
+    @property
+    def plan_bound(self) -> bool:
+        """Whether the case a seed names depends on the plan version: the op takes a default set."""
+        return self.default_distributions or self.default_dtypes
 
     @property
     def reference_is_script(self) -> bool:
@@ -226,7 +233,8 @@ class KernelConfig:
 
 @dataclass(frozen=True)
 class ValidationConfig:
-    dtypes: tuple[str, ...] = ("float32",)
+    dtypes: tuple[str, ...] = DEFAULT_DTYPES
+    dtypes_listed: bool = False  # [validation] lists dtypes (else: the plan's default set)
     check_nan: bool = True
     check_inf: bool = True
     strict: bool = False  # edge findings fail, for ops that do not say
