@@ -86,14 +86,16 @@ def _run_flags(p: argparse.ArgumentParser, *, fuzz: bool = False) -> None:
             action="store_const",
             const="quick",
             dest="mode",
-            help="float32 (or the op's first dtype), default and boundary shapes, [ci.quick] iterations",
+            help="float32 (or the op's first dtype) plus a few float16/bfloat16 cases, default and boundary shapes, "
+            "[ci.quick] iterations",
         )
         mode.add_argument(
             "--thorough",
             action="store_const",
             const="thorough",
             dest="mode",
-            help="all dtypes, layouts, shapes and distributions (default)",
+            help="the op's dtypes (default: float32, float16, bfloat16), every layout, shape and distribution "
+            "(default)",
         )
         p.add_argument("--op", action="append", metavar="NAME", help="only this op (repeatable)")
     size_flags(

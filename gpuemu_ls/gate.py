@@ -33,14 +33,16 @@ def gate_flags(p: argparse.ArgumentParser) -> None:
         const="quick",
         dest="mode",
         default="thorough",
-        help="float32, default and boundary shapes, [ci.quick] iterations (pull requests)",
+        help="float32 plus a few float16/bfloat16 cases, default and boundary shapes, [ci.quick] iterations "
+        "(pull requests)",
     )
     p.add_argument(
         "--thorough",
         action="store_const",
         const="thorough",
         dest="mode",
-        help="all dtypes, layouts, shapes and distributions, [ci] fuzz_iterations (default; nightly)",
+        help="the op's dtypes (default: float32, float16, bfloat16), every layout, shape and distribution, "
+        "[ci] fuzz_iterations (default; nightly)",
     )
     size_flags(p, "worker processes: 1..256 or auto (default: [ci] parallel_jobs, else auto: one per usable core)")
     p.add_argument("--format", choices=FORMATS, default="text")

@@ -54,7 +54,7 @@ TABLES: dict[tuple[str, ...], dict[str, str]] = {
         "allow_external_paths": "Allow scripts and sources outside the workspace.",
     },
     ("validation",): {
-        "dtypes": 'Dtypes to fuzz (default: ["float32"]).',
+        "dtypes": "Dtypes to fuzz (default: the three float dtypes, float32, float16 and bfloat16; a --quick run keeps to float32 plus a few half-precision cases).",
         "check_nan": "NaN where the reference is finite fails.",
         "check_inf": "inf where the reference is finite fails.",
         "strict": "Edge findings fail (default false): failures that show only where a product of two inputs overflows the accumulation precision, or where NaN/inf inputs propagate differently from the reference. By default they are shown and do not fail; an op's own strict wins.",
@@ -91,7 +91,7 @@ TABLES: dict[tuple[str, ...], dict[str, str]] = {
         "input_names": "Argument order (default: the order of [ops.inputs]).",
         "invariants": "Output invariants.",
         "tolerances": "Tolerances per output float dtype, e.g. float32 = { atol = 1e-5, rtol = 1e-5 }.",
-        "dtypes": "Overrides [validation].dtypes.",
+        "dtypes": "Overrides [validation].dtypes (default: float32, float16 and bfloat16).",
         "layouts": "Memory layouts to try (default: all; contiguous for script ops).",
         "framework": "What an in-process op receives: numpy arrays, torch tensors, jax arrays or tensorflow tensors.",
         "inputs": "The op's inputs by name (default: x with shape [B, N]).",
