@@ -134,7 +134,25 @@ def _case_set(o: OpOutcome) -> dict[str, Any]:
     """Which cases an op ran (first seed, count): error figures compare only between the same cases."""
     seeds = [c.seed for c in o.cases]
     plan = max((c.spec.plan for c in o.cases), default=0)
-    return {"first_seed": min(seeds) if seeds else None, "count": len(seeds), "seeds_hash": hash_seeds(seeds, plan)}
+    return {
+        "first_seed": min(seeds) if seeds else None,
+        "count": len(seeds),
+        "seeds_hash": hash_seeds(seeds, plan),
+        "seeds": seed_runs(seeds),
+        "plan": plan,
+    }
+
+
+def seed_runs(seeds: list[int]) -> list[list[int]]:
+    """The seeds as inclusive ``[first, last]`` runs (a plan's seeds are mostly consecutive): exactly which
+    cases ran, so ``gpuemu verify --replay`` can run them again from a checkout of the recorded commit."""
+    runs: list[list[int]] = []
+    for s in sorted(set(seeds)):
+        if runs and s == runs[-1][1] + 1:
+            runs[-1][1] = s
+        else:
+            runs.append([s, s])
+    return runs
 
 
 def hash_seeds(seeds: list[int], plan: int = 0) -> str:
@@ -523,6 +541,8 @@ def document_from_store(
                         "first_seed": min(seeds) if seeds else None,
                         "count": len(seeds),
                         "seeds_hash": hash_seeds(seeds, int(detail.get("plan") or 1)),
+                        "seeds": seed_runs(seeds),
+                        "plan": int(detail.get("plan") or 1),
                     },
                 }
             )
