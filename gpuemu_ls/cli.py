@@ -252,6 +252,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--format", choices=("text", "json"), default="text")
 
+    p = sub.add_parser("attest", help="sign report files (HTML, JSON) with your key: an in-toto attestation")
+    p.add_argument("files", nargs="+", metavar="FILE", help="the report files; one is the JSON results document")
+    p.add_argument("--key", metavar="PEM", help="private key file, Ed25519 or ECDSA (default: $GPUEMU_SIGNING_KEY)")
+    p.add_argument("--output", metavar="FILE", help="the attestation (default: <report>.intoto.jsonl beside it)")
+
+    p = _command(sub, "verify", "check a signed report: signature, every digest, config; --replay re-runs it")
+    p.add_argument("report", metavar="REPORT", help="R.intoto.jsonl, or a report file beside it")
+    p.add_argument("--key", required=True, metavar="PUB", help="the signer's public key (PEM)")
+    p.add_argument("--replay", action="store_true", help="re-run the recorded cases from the recorded commit")
+    p.add_argument("--yes", action="store_true", help="--replay without asking: you trust the commit's code")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+
     p = sub.add_parser("init", help="write a starter workspace that passes")
     p.add_argument("path", nargs="?", default=".", help="folder to create it in (default: here)")
     p.add_argument("--force", action="store_true", help="overwrite existing files")
@@ -900,6 +912,41 @@ def cmd_init(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_attest(args: argparse.Namespace) -> int:
+    from .engine.tools.attest.keys import load_signing_key
+    from .engine.tools.attest.sign import attest
+
+    signed = attest([Path(f) for f in args.files], load_signing_key(args.key), args.output)
+    print(f"signed {', '.join(str(s['name']) for s in signed.subjects)} with key {signed.keyid} -> {signed.path}")
+    return EXIT_OK
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from .engine.tools.attest import AttestFailed
+    from .engine.tools.attest.check import check
+
+    given = args.workspace or args.top_workspace
+    workspace = workspace_root(args) if given else find_workspace(Path.cwd())
+    try:
+        done = check(Path(args.report), args.key, workspace, replay=args.replay, confirm=lambda q: _trusted(q, args))
+    except AttestFailed as exc:
+        if args.format == "json":
+            print(json.dumps({"schema": 1, "verified": False, "reason": str(exc)}, indent=2))
+        print(f"gpuemu verify: NOT VERIFIED: {exc}", file=sys.stderr)
+        return EXIT_FAIL
+    print(json.dumps(done.to_dict(), indent=2) if args.format == "json" else "\n".join(done.lines))
+    return done.exit_code
+
+
+def _trusted(question: str, args: argparse.Namespace) -> bool:
+    """``--yes``, else the answer on a terminal; with neither, a usage error saying how to give it."""
+    if args.yes:
+        return True
+    if not sys.stdin.isatty():
+        raise UsageError(f"{question} (no terminal to ask: pass --yes to run it)")
+    return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
+
+
 COMMANDS = {
     "test": cmd_test,
     "fuzz": cmd_fuzz,
@@ -914,6 +961,8 @@ COMMANDS = {
     "report": cmd_report,
     "baseline": cmd_baseline,
     "store": cmd_store,
+    "attest": cmd_attest,
+    "verify": cmd_verify,
 }
 
 

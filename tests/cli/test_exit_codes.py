@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from kit.attest import attest, report_files, write_keypair
 from kit.cli import env as kit_env
 from kit.workspace import write_ws
 
@@ -152,6 +153,28 @@ def _damaged_store(root: Path) -> None:
     db.write_bytes(b"SQLite format 3\x00" + b"\xff" * 4000)
 
 
+def _reported(root: Path) -> None:
+    """The stored results as ../out/R.json and R.html, and a key pair in ../keys (outside the workspace)."""
+    write_keypair(root.parent / "keys")
+    report_files(root, root.parent / "out")
+
+
+def _signed(tamper: bool = False) -> Callable[[Path], None]:
+    def prepare(root: Path) -> None:
+        _reported(root)
+        out = root.parent / "out"
+        attest([out / "R.html", out / "R.json"], root.parent / "keys" / "signing.pem", root)
+        if tamper:
+            (out / "R.html").write_text("<p>all passed</p>", encoding="utf-8")
+
+    return prepare
+
+
+def _key_in_workspace(root: Path) -> None:
+    _reported(root)
+    write_keypair(root)
+
+
 def _lsp(*messages: dict[str, object]) -> bytes:
     out = b""
     for m in messages:
@@ -238,6 +261,21 @@ SCENARIOS = [
     ),
     Scenario("gpuemu-ls", 1, ("gpuemu-ls",), stdin=_lsp(INITIALIZE, {"method": "exit"})),
     Scenario("gpuemu-ls", 2, ("gpuemu-ls", "--no-such-flag")),
+    Scenario(
+        "gpuemu attest", 0, ("gpuemu", "attest", "../out/R.json", "--key", "../keys/signing.pem"), prepare=_reported
+    ),
+    Scenario(
+        "gpuemu attest", 2, ("gpuemu", "attest", "../out/R.json", "--key", "signing.pem"), prepare=_key_in_workspace
+    ),
+    Scenario(
+        "gpuemu verify", 0, ("gpuemu", "verify", "../out/R.json", "--key", "../keys/signing.pub"), prepare=_signed()
+    ),
+    Scenario(
+        "gpuemu verify", 1, ("gpuemu", "verify", "../out/R.json", "--key", "../keys/signing.pub"), prepare=_signed(True)
+    ),
+    Scenario(
+        "gpuemu verify", 2, ("gpuemu", "verify", "../out/R.json", "--key", "../keys/missing.pub"), prepare=_signed()
+    ),
     Scenario("store error", 2, ("gpuemu", "failures"), env={"GPUEMU_STORE": "."}),  # a folder is no SQLite file
     Scenario(
         "store error", 2, ("gpuemu-ls", "--check", "--quick", "--iterations", "2"), "pass", env={"GPUEMU_STORE": "."}

@@ -1,0 +1,52 @@
+"""Signing keys made with ``cryptography`` (real keys, written outside any workspace) and a workspace's stored
+results turned into signed report files with the real CLI, for the attest/verify suites."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from .cli import gpuemu, out
+
+#: a stand-in HTML report until a test renders the real one (any bytes are a subject)
+HTML = "<!doctype html><title>gpuemu report</title><p>stand-in</p>\n"
+
+
+def write_keypair(
+    folder: Path, kind: str = "ed25519", name: str = "signing", passphrase: bytes | None = None
+) -> tuple[Path, Path]:
+    """A private key (PKCS#8 PEM) and its public half (SubjectPublicKeyInfo PEM) in ``folder``: (private, public)."""
+    from cryptography.hazmat.primitives import serialization as ser
+    from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+
+    if kind == "ed25519":
+        key = ed25519.Ed25519PrivateKey.generate()
+    elif kind == "p256":
+        key = ec.generate_private_key(ec.SECP256R1())
+    elif kind == "p384":
+        key = ec.generate_private_key(ec.SECP384R1())
+    else:
+        key = rsa.generate_private_key(public_exponent=65537, key_size=1024)
+    folder.mkdir(parents=True, exist_ok=True)
+    enc = ser.BestAvailableEncryption(passphrase) if passphrase else ser.NoEncryption()
+    private, public = folder / f"{name}.pem", folder / f"{name}.pub"
+    private.write_bytes(key.private_bytes(ser.Encoding.PEM, ser.PrivateFormat.PKCS8, enc))
+    public.write_bytes(key.public_key().public_bytes(ser.Encoding.PEM, ser.PublicFormat.SubjectPublicKeyInfo))
+    return private, public
+
+
+def report_files(workspace: Path, folder: Path, stem: str = "R") -> list[Path]:
+    """``gpuemu report --format json`` of the workspace's stored results, and a stand-in HTML, in ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    json_path, html_path = folder / f"{stem}.json", folder / f"{stem}.html"
+    done = gpuemu("report", "--format", "json", "--output", str(json_path), cwd=workspace)
+    assert json_path.is_file(), out(done)
+    html_path.write_text(HTML, encoding="utf-8")
+    return [html_path, json_path]
+
+
+def attest(files: list[Path], key: Path, cwd: Path) -> subprocess.CompletedProcess:
+    """``gpuemu attest FILES --key KEY``, asserted to succeed."""
+    done = gpuemu("attest", *map(str, files), "--key", str(key), cwd=cwd)
+    assert done.returncode == 0, out(done)
+    return done
