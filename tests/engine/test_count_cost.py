@@ -24,9 +24,9 @@ from gpuemu_ls.engine.cases.budget import (
     kernel_cost,
 )
 from gpuemu_ls.engine.config.load import load_config
-from gpuemu_ls.engine.run.budgeted import work_cut
+from gpuemu_ls.engine.run.budgeted import cut_pool_of, work_cut
 from gpuemu_ls.engine.run.confirm import variant_spec
-from gpuemu_ls.engine.run.cost_probe import PROBE_SIZE, probe_specs
+from gpuemu_ls.engine.run.cost_probe import LAUNCHED, PROBE_SIZE, probe_specs
 from gpuemu_ls.engine.run.validate import plan_op
 
 
@@ -93,12 +93,31 @@ def test_where_every_case_costs_the_same_the_cut_is_its_classes_and_a_bounded_fe
     specs = plan_op(cfg, op, "thorough", None, 0, whole=True)
     base, variants = probe_specs(op, specs)
     flat = count_model(base, (1, 1, 40), [(v, (1, 1, 40)) for v in variants])  # one program, whatever the size
-    cut = work_cut(cfg, op, "thorough", specs, None, model=flat, reason="measured")
-    assert cut is not None and cut.source == "default, cost high: measured"
+    cut = work_cut(cfg, op, "thorough", specs, None, model=flat)
+    assert cut is not None and cut.source == f"default, cost high: {LAUNCHED}"
     cov = coverage(specs, cut.specs, cut.goals)
     assert cov["cut_classes"] == []
     covering = len(cut.goals)  # at most one case a class
     assert len(cut.specs) <= max(covering, CUT_CASES) < len(specs)
     # a plan's further cases are its own, in seed order: the same cut every time
-    again = work_cut(cfg, op, "thorough", specs, None, model=flat, reason="measured")
+    again = work_cut(cfg, op, "thorough", specs, None, model=flat)
     assert again is not None and [s.seed for s in again.specs] == [s.seed for s in cut.specs]
+
+
+def test_a_pool_made_ahead_gives_the_very_cut_made_at_once(tmp_path: Path) -> None:
+    """validate.py makes the model-free part of a counted cut on the planner thread, before the op's probe
+    cases: the cut it then makes is the one a cut made from nothing chooses."""
+    cfg, op = _op(tmp_path, {"B": (1, 64, 8), "N": (1, 4096, 1024)})
+    specs = plan_op(cfg, op, "thorough", None, 0, whole=True)
+    base, variants = probe_specs(op, specs)
+    model = count_model(base, (1, 8, 400), [(v, (1, 8 * 2, 800)) for v in variants])
+    pool = cut_pool_of(cfg, op, "thorough", specs)
+    ahead = work_cut(cfg, op, "thorough", specs, None, model=model, pool=pool)
+    fresh = work_cut(cfg, op, "thorough", specs, None, model=model)
+    assert ahead is not None and fresh is not None and ahead.pool is pool
+    assert [s.seed for s in ahead.specs] == [s.seed for s in fresh.specs]
+    assert ahead.goals == fresh.goals
+    # a pool of another plan is not used: the cut makes its own
+    other = plan_op(cfg, op, "thorough", None, 1000, whole=True)
+    cut = work_cut(cfg, op, "thorough", other, None, model=model, pool=pool)
+    assert cut is not None and cut.pool is not pool and cut.pool.serves(other)

@@ -31,7 +31,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from collections.abc import Callable, Iterable
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -62,6 +63,7 @@ MAX_SCAN = 4096
 MAX_WORK = 1 << 62
 #: The axes a coverage class lives on, with the CaseSpec field each reads, in report order.
 AXES = (("dtype", "dtype"), ("layout", "layout"), ("distribution", "distribution"), ("shape", "strategy"))
+_FIELD = dict(AXES)
 
 
 def work(spec: CaseSpec) -> int:
@@ -206,11 +208,16 @@ class CountModel:
     growth: tuple[tuple[str, Growth], ...]
     floor: float  # what one launch of a program costs: a case's kernels at the least
 
+    @functools.cached_property
+    def _terms(self) -> tuple[tuple[str, int, Growth, float], ...]:
+        """Each growing dim, its probe size and the growth there: a cut asks thousands of cases' costs."""
+        base = dict(self.base)
+        return tuple((d, base[d], g, g.at(base[d])) for d, g in self.growth)
+
     def kernel_of(self, spec: CaseSpec) -> float:
         k = self.kernel
-        base = dict(self.base)
-        for d, g in self.growth:
-            k *= g.at(spec.dims.get(d, base[d])) / g.at(base[d])
+        for d, b, g, at_base in self._terms:
+            k *= g.at(spec.dims.get(d, b)) / at_base
         return max(k, self.floor)
 
     def cost(self, spec: CaseSpec) -> float:
@@ -284,8 +291,7 @@ class Target:
             return self.need.met(spec)
         if self.test is not None:
             return self.test(spec)
-        field = dict(AXES)[self.axis]
-        return getattr(spec, field) == self.value
+        return getattr(spec, _FIELD[self.axis]) == self.value
 
 
 def targets(specs: list[CaseSpec], needs: list[Need]) -> list[Target]:
@@ -388,10 +394,12 @@ def select(
     chosen: set[int] = set()
     cover: list[CaseSpec] = []
     spent = 0.0
+    live = [i for i, m in enumerate(meets) if m]  # cases that still gain a goal (no other can be picked)
     while uncovered and len(cover) < room:
         best: tuple[float, int, int] | None = None
         pick = -1
-        for i, s in enumerate(pool):
+        for i in live:
+            s = pool[i]
             if s.seed in chosen or spent + costs[s.seed] > allowance:
                 continue
             gain = len(meets[i] & uncovered)
@@ -405,6 +413,7 @@ def select(
         cover.append(pool[pick])
         spent += costs[pool[pick].seed]
         uncovered -= meets[pick]
+        live = [i for i in live if pool[i].seed not in chosen and meets[i] & uncovered]
     fill: list[CaseSpec] = []
     for s in pool:  # planned first, in plan order; then the stand-ins in seed order
         if len(cover) + len(fill) >= room:
@@ -460,6 +469,8 @@ class WorkCut:
     allowed: float  # work the fill could spend (the share of the full plan's work)
     source: str
     model: WorkModel | CountModel
+    #: what the cut chose from (a counted cut of the same plan, after the op's probe cases, starts from it)
+    pool: CutPool | None = dataclasses.field(default=None, repr=False, compare=False)
 
     @property
     def unit(self) -> str:
@@ -630,6 +641,81 @@ class _SeedCosts:
         return found
 
 
+class _Scan:
+    """The cases ``accept`` keeps of a range of seeds (``skip`` left out), derived once each and kept, in seed
+    order, as far as any reader has asked: a cut's searches past its wide scan (the first members of classes
+    it missed, cheaper members of dear ones) walk the same seeds, and the static and the counted cut of one
+    plan share them (deriving a case takes ~0.1 ms; a cut may look at 4,000)."""
+
+    def __init__(self, op: OpConfig, accept: Callable[[CaseSpec], bool], seeds: range, skip: frozenset[int]) -> None:
+        self._op, self._accept, self._skip = op, accept, skip
+        self._seeds = iter(seeds)
+        self._got: list[CaseSpec] = []
+        self._lock = threading.Lock()  # a pool made on the planner thread is read on the op's
+
+    def _more(self) -> bool:
+        for seed in self._seeds:
+            if seed in self._skip:
+                continue
+            spec = derive_case(self._op, seed)
+            if self._accept(spec):
+                self._got.append(spec)
+                return True
+        return False
+
+    def __iter__(self) -> Iterator[CaseSpec]:
+        i = 0
+        while True:
+            with self._lock:
+                if i >= len(self._got) and not self._more():
+                    return
+                spec = self._got[i]
+            yield spec
+            i += 1
+
+
+@dataclass
+class CutPool:
+    """What a work cut of one plan chooses from and must keep, whatever its cost model (:func:`cut_pool`): made
+    once per plan (ahead, on the planner thread, where the op's probe cases will bring a model) and shared by
+    its static and counted cuts. Read only: a cut copies what it adds to."""
+
+    specs: list[CaseSpec]  # the plan
+    kept: list[CaseSpec]  # its pinned seeds
+    rest: list[CaseSpec]  # the others
+    wide: list[CaseSpec]  # stand-ins of the wide scan, and the first members of tile/layout classes it missed
+    extras: list[CaseSpec]  # the fill's stand-ins (no larger than the plan's median)
+    goals: list[Target]
+    met_by: dict[int, frozenset[int]]  # goals_met of kept, rest and wide
+    beyond: _Scan  # seeds past the wide scan, up to MAX_SCAN past the plan's last
+
+    def serves(self, specs: list[CaseSpec]) -> bool:
+        return [s.seed for s in self.specs] == [s.seed for s in specs]
+
+
+def cut_pool(op: OpConfig, specs: list[CaseSpec], accept: Callable[[CaseSpec], bool], needs: list[Need]) -> CutPool:
+    """The model-free part of :func:`fit_work`: the plan split into pinned and other cases, the wide scan's
+    stand-ins (:data:`COVER_SCAN` seeds per planned case) and the fill's, the first members of classes those
+    miss (:func:`_first_members`), the classes a cut must keep (:func:`cover_goals`) and which case meets which."""
+    sizes = sorted(work(s) for s in specs)
+    median = sizes[len(sizes) // 2] if sizes else 0
+    pinned = set(op.seeds)
+    kept = [s for s in specs if s.seed in pinned]
+    rest = [s for s in specs if s.seed not in pinned]
+    start = max(s.seed for s in specs) + 1  # where smaller_seeds' scans begin
+    wide = smaller_seeds(op, specs, accept, limit=COVER_SCAN * len(specs), scan=COVER_SCAN, largest=MAX_WORK)
+    # the fill's stand-ins are smaller_seeds' default (the first EXTRA_SCAN seeds per case, no larger than the
+    # median), all of them inside the wide scan: taken from it rather than derived again
+    near = start + min(EXTRA_SCAN * len(specs), MAX_SCAN)
+    extras = [s for s in wide if s.seed < near and work(s) <= median][: len(specs)]
+    past_wide = start + min(COVER_SCAN * len(specs), MAX_SCAN)
+    beyond = _Scan(op, accept, range(past_wide, start + MAX_SCAN), frozenset({s.seed for s in specs} | pinned))
+    wide += _first_members(op, specs + wide, beyond)
+    goals = cover_goals(op, specs, needs, specs + wide)
+    met_by = goals_met(goals, [*kept, *rest, *wide])  # once: the search for dearer classes and the cover read it
+    return CutPool(specs, kept, rest, wide, extras, goals, met_by, beyond)
+
+
 def fit_work(
     op: OpConfig,
     specs: list[CaseSpec],
@@ -639,6 +725,7 @@ def fit_work(
     source: str,
     *,
     model: WorkModel | CountModel | None = None,
+    pool: CutPool | None = None,
 ) -> WorkCut | None:
     """The cases a work budget of ``share`` of ``specs``' work keeps, deterministically (a function of the
     plan and ``model`` only: :func:`work_model` of the op's dims by default, or the :class:`CountModel` its
@@ -657,30 +744,20 @@ def fit_work(
        than its median. The plan's dearer cases run where a class needs them: a cut's large sizes are the
        cover's (past each tiled dim's largest tile, ``also`` sizes).
 
-    None when that would not save work and the plan meets every class itself: the whole plan runs. (A quick
-    plan of 8 cases that misses classes runs the cut, even where it costs more: every class by a small case.)"""
-    sizes = sorted(work(s) for s in specs)
-    median = sizes[len(sizes) // 2] if sizes else 0
+    ``pool``: :func:`cut_pool` of this plan, ``accept`` and ``needs``, made ahead (else made here). None when
+    the cut would not save work and the plan meets every class itself: the whole plan runs. (A quick plan of 8
+    cases that misses classes runs the cut, even where it costs more: every class by a small case.)"""
+    if pool is None or not pool.serves(specs):
+        pool = cut_pool(op, specs, accept, needs)
+    kept, rest, goals = pool.kept, pool.rest, pool.goals
     pinned = set(op.seeds)
-    kept = [s for s in specs if s.seed in pinned]
-    rest = [s for s in specs if s.seed not in pinned]
-    start = max(s.seed for s in specs) + 1  # where smaller_seeds' scans begin
-    wide = smaller_seeds(op, specs, accept, limit=COVER_SCAN * len(specs), scan=COVER_SCAN, largest=MAX_WORK)
-    # the fill's stand-ins are smaller_seeds' default (the first EXTRA_SCAN seeds per case, no larger than the
-    # median), all of them inside the wide scan: taken from it rather than derived again
-    near = start + min(EXTRA_SCAN * len(specs), MAX_SCAN)
-    extras = [s for s in wide if s.seed < near and work(s) <= median][: len(specs)]
-    past_wide = start + min(COVER_SCAN * len(specs), MAX_SCAN)
-    wide += _first_members(op, accept, specs + wide, range(past_wide, start + MAX_SCAN))
-    goals = cover_goals(op, specs, needs, specs + wide)
     model = model or work_model(op)
     costs = _SeedCosts(model)  # the cover and the search for dearer classes ask each case's cost many times
-    met_by = goals_met(goals, [*kept, *rest, *wide])  # once: the search for dearer classes and the cover read it
+    met_by = dict(pool.met_by)
     middle = sorted(costs.cost(s) for s in specs)[len(specs) // 2]
-    seeds = range(past_wide, start + MAX_SCAN)
-    dearer = _dearer_members(op, accept, kept, rest + wide, goals, met_by, costs, seeds, middle)
+    dearer = _dearer_members(op, kept, rest + pool.wide, goals, met_by, costs, pool.beyond, middle)
     met_by.update(goals_met(goals, dearer))
-    wide += dearer
+    wide = pool.wide + dearer
     cover = select(kept, rest, wide, goals, costs, math.inf, len(kept) + len(goals), met_by).cover
     taken = {s.seed for s in kept + cover}
     full = sum(costs.cost(s) for s in specs)
@@ -692,7 +769,7 @@ def fit_work(
     fill = select(
         kept + cover,
         further,
-        [s for s in extras if s.seed not in taken],
+        [s for s in pool.extras if s.seed not in taken],
         [],
         costs,
         max(0.0, allowed - spent),
@@ -701,16 +778,14 @@ def fit_work(
     chosen = sorted(kept + cover + fill, key=lambda s: (s.seed not in pinned, s.seed))
     if sum(costs.cost(s) for s in chosen) >= full and all(any(g.met(s) for s in specs) for g in goals):
         return None  # no saving and nothing the plan misses: the whole plan runs, and no budget is reported
-    return WorkCut(specs, chosen, goals, share, allowed, source, model)
+    return WorkCut(specs, chosen, goals, share, allowed, source, model, pool)
 
 
-def _first_members(
-    op: OpConfig, accept: Callable[[CaseSpec], bool], pool: list[CaseSpec], seeds: range
-) -> list[CaseSpec]:
+def _first_members(op: OpConfig, pool: list[CaseSpec], beyond: Iterable[CaseSpec]) -> list[CaseSpec]:
     """For each tile and layout class (:func:`tile_targets`, :func:`layout_targets`) nothing in ``pool`` meets,
-    the first of ``seeds`` that ``accept`` keeps and that meets it. A small plan's scan (32 seeds a case) may
-    hold no float32 case past a dim's first tile at all, and a class no case meets is left out of the cut:
-    the bug that shows there (an accumulator overwritten once K spans two tiles) with it."""
+    the first case of ``beyond`` that meets it. A small plan's scan (32 seeds a case) may hold no float32 case
+    past a dim's first tile at all, and a class no case meets is left out of the cut: the bug that shows there
+    (an accumulator overwritten once K spans two tiles) with it."""
     dtypes = sorted({s.dtype for s in pool})
     unmet = [
         t
@@ -718,14 +793,11 @@ def _first_members(
         if not any(t.met(s) for s in pool)
     ]
     found: list[CaseSpec] = []
-    taken = {s.seed for s in pool} | set(op.seeds)
-    for seed in seeds:
+    taken = {s.seed for s in pool}
+    for spec in beyond:
         if not unmet:
             break
-        if seed in taken:
-            continue
-        spec = derive_case(op, seed)
-        if not accept(spec) or not any(t.met(spec) for t in unmet):
+        if spec.seed in taken or not any(t.met(spec) for t in unmet):
             continue
         found.append(spec)
         unmet = [t for t in unmet if not t.met(spec)]
@@ -734,19 +806,18 @@ def _first_members(
 
 def _dearer_members(
     op: OpConfig,
-    accept: Callable[[CaseSpec], bool],
     kept: list[CaseSpec],
     pool: list[CaseSpec],
     goals: list[Target],
     met_by: dict[int, frozenset[int]],
     model: WorkModel | CountModel | _SeedCosts,
-    seeds: range,
+    beyond: Iterable[CaseSpec],
     bound: float = 0.0,
 ) -> list[CaseSpec]:
     """Cheaper members of the classes whose cheapest case in ``pool`` costs more than ``bound`` (the plan's
-    median case, or a kept case if dearer): of ``seeds`` (past the wide scan, to :data:`MAX_SCAN` past the
-    plan's last), each that is the cheapest yet of such a class, until each has a member no dearer than that.
-    ``met_by``: :func:`goals_met` of ``kept`` and ``pool``.
+    median case, or a kept case if dearer): of ``beyond`` (the seeds past the wide scan, to :data:`MAX_SCAN`
+    past the plan's last), each that is the cheapest yet of such a class, until each has a member no dearer
+    than that. ``met_by``: :func:`goals_met` of ``kept`` and ``pool``.
 
     A rare class (a structured distribution at a boundary shape, a dim past the largest tile in one dtype)
     may have one member among the seeds the wide scan saw, as likely the plan's largest size as its smallest:
@@ -754,22 +825,22 @@ def _dearer_members(
     attention: 6 s of a 12 s op). The default shape is one size: nothing cheaper to look for."""
     bound = max((model.cost(s) for s in kept), default=bound)
     shown = frozenset().union(*(met_by[s.seed] for s in kept))
-    best: dict[int, float] = {}
-    for j, t in enumerate(goals):
-        if (t.axis, t.value) == ("shape", "default") or j in shown:
-            continue
-        costs = [model.cost(s) for s in pool if j in met_by[s.seed]]
-        if costs and min(costs) > bound:
-            best[j] = min(costs)
+    skip = shown | {j for j, t in enumerate(goals) if (t.axis, t.value) == ("shape", "default")}
+    cheapest: dict[int, float] = {}  # each class's cheapest member in the pool, in one pass over it
+    for s in pool:
+        wanted = met_by[s.seed] - skip
+        if wanted:
+            cost = model.cost(s)
+            for j in wanted:
+                if cost < cheapest.get(j, math.inf):
+                    cheapest[j] = cost
+    best = {j: c for j, c in cheapest.items() if c > bound}
     found: list[CaseSpec] = []
     taken = {s.seed for s in pool} | set(op.seeds)
-    for seed in seeds:
+    for spec in beyond:
         if not best:
             break
-        if seed in taken:
-            continue
-        spec = derive_case(op, seed)
-        if not accept(spec):
+        if spec.seed in taken:
             continue
         cost = model.cost(spec)
         better = [j for j, c in best.items() if cost < c and goals[j].met(spec)]
@@ -810,6 +881,7 @@ __all__ = [
     "WORK_PER_CASE",
     "CostModel",
     "CountModel",
+    "CutPool",
     "Growth",
     "Selection",
     "Target",
@@ -819,6 +891,7 @@ __all__ = [
     "count_model",
     "cover_goals",
     "coverage",
+    "cut_pool",
     "fit",
     "fit_total",
     "fit_work",

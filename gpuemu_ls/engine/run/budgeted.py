@@ -31,10 +31,12 @@ from ..cases.budget import (
     PROBE_CASES,
     CostModel,
     CountModel,
+    CutPool,
     Target,
     WorkCut,
     budget_entry,
     cover_goals,
+    cut_pool,
     fit,
     fit_total,
     fit_work,
@@ -47,6 +49,7 @@ from ..cases.budget import (
 from ..cases.plan import CaseSpec, Need, also_needs, minimum_needs, quick_needs, run_filter, structure_needs
 from ..config.model import Config, OpConfig
 from ..oracle.outcome import CaseResult, OpOutcome, op_status
+from .cost_probe import LAUNCHED
 
 #: Seconds per case the supervisor adds to a case's own time (planning, transfers, storing): README #7.
 SUPERVISOR_S = 0.001
@@ -134,21 +137,37 @@ def work_cut(
     given: float | None,
     *,
     model: CountModel | None = None,
-    reason: str | None = None,
+    pool: CutPool | None = None,
 ) -> WorkCut | None:
     """The default work budget's cut of ``op``'s plan (:func:`default_cut_applies`); None for a normal-cost op.
-    ``reason``, when given, is why the op is high-cost (its probe case launched a Triton kernel) and ``model``
-    what its probe cases counted (run/cost_probe.py); else the op's cost as configured (declared, or what
-    ``cost = "auto"`` read in its source) decides, in the work model of its dims."""
+    ``model``, when given, is what the op's probe cases counted (run/cost_probe.py): they launched a Triton
+    kernel, so the op is high-cost whatever its source says, and the cut is made in counted operations; else
+    the op's cost as configured (declared, or what ``cost = "auto"`` read in its source) decides, in the work
+    model of its dims. ``pool``: :func:`cut_pool_of` the same plan, made ahead."""
     if not specs or not default_cut_applies(config, op, mode, given):
         return None
-    if reason is None:
+    static = op.cost_reason.split(":")[0] or "declared"
+    if model is None:
         if op.cost != "high":
             return None
-        reason = op.cost_reason.split(":")[0] or "declared"
-    accept = plan_filter(specs, run_filter(op, mode, quick_dtypes=config.ci.quick_dtypes))
+        reason = static
+    else:
+        reason = LAUNCHED if op.cost != "high" else f"{static}; {LAUNCHED}"
+    pool = pool if pool is not None else cut_pool_of(config, op, mode, specs)
     share = DEFAULT_WORK_SHARE[mode]
-    return fit_work(op, specs, accept, needs_of(op, mode), share, f"default, cost high: {reason}", model=model)
+    accept, needs = _accept(config, op, mode, specs), needs_of(op, mode)
+    return fit_work(op, specs, accept, needs, share, f"default, cost high: {reason}", model=model, pool=pool)
+
+
+def cut_pool_of(config: Config, op: OpConfig, mode: str, specs: list[CaseSpec]) -> CutPool:
+    """What a work cut of ``op``'s plan chooses from, whatever its cost model (cases/budget.py:cut_pool): made
+    on the planner thread for an op whose probe cases will bring the model, so that only the cheap, model-bound
+    part of the cut waits for them."""
+    return cut_pool(op, specs, _accept(config, op, mode, specs), needs_of(op, mode))
+
+
+def _accept(config: Config, op: OpConfig, mode: str, specs: list[CaseSpec]) -> Callable[[CaseSpec], bool]:
+    return plan_filter(specs, run_filter(op, mode, quick_dtypes=config.ci.quick_dtypes))
 
 
 def full_estimate(cut: WorkCut, outcome: OpOutcome) -> float:
@@ -269,7 +288,7 @@ class BudgetedOp:
         return self._outcome()
 
     def _fit_rest(self, grant: float) -> None:
-        accept = plan_filter(self.specs, run_filter(self.op, self.mode, quick_dtypes=self.config.ci.quick_dtypes))
+        accept = _accept(self.config, self.op, self.mode, self.specs)
         extras = smaller_seeds(self.op, self.specs, accept)
         goals = self.goals = cover_goals(self.op, self.specs, needs_of(self.op, self.mode), self.specs + extras)
         start = self.charged
@@ -337,6 +356,7 @@ __all__ = [
     "BudgetedOp",
     "Budgets",
     "allocate",
+    "cut_pool_of",
     "default_cut_applies",
     "full_estimate",
     "needs_of",

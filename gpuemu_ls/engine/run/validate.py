@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ..cases.budget import WorkCut
+from ..cases.budget import CutPool, WorkCut
 from ..cases.generate import generate_inputs
 from ..cases.plan import CaseSpec, derive_case, plan_cases
 from ..config.keys import MAX_ITERATIONS, PLAN
@@ -32,9 +32,9 @@ from ..oracle.diagnose import diagnose
 from ..oracle.outcome import CaseResult, OpOutcome, not_judged_reason, op_status
 from ..store.db import Store
 from ..store.prune import retain
-from .budgeted import BudgetedOp, allocate, default_cut_applies, full_estimate, resolve, work_cut
+from .budgeted import BudgetedOp, allocate, cut_pool_of, default_cut_applies, full_estimate, resolve, work_cut
 from .confirm import make_probe
-from .cost_probe import LAUNCHED, probe_cost, probes
+from .cost_probe import probe_cost, probes
 from .cpus import available_cpus
 from .runners import is_library
 from .supervisor import Cancelled, SetupFailed, Worker, WorkerLost
@@ -113,6 +113,9 @@ class Plan(list[CaseSpec]):
     plan). A list, so a caller that narrows it (a dtype filter) gets a plain one: no longer that cut."""
 
     cut: WorkCut | None = None
+    #: what a counted cut of the whole plan chooses from, made on the planner thread ahead of the op's probe
+    #: cases (None: not made; the cut makes it)
+    pool: CutPool | None = None
 
     @classmethod
     def of(cls, specs: list[CaseSpec], cut: WorkCut | None) -> Plan:
@@ -520,8 +523,7 @@ def run_validation(
             measured = probe_cost(op, plan, lambda part: execute(op, part, quiet))
             if measured.launched:
                 full = cut.planned if cut is not None else plan
-                reason = LAUNCHED if op.cost != "high" else f"{op.cost_reason.split(':')[0]}; {LAUNCHED}"
-                cut = work_cut(config, op, mode, full, options.budget, model=measured.model, reason=reason)
+                cut = work_cut(config, op, mode, full, options.budget, model=measured.model, pool=plan.pool)
                 cuts[op.name], specs = cut, (cut.specs if cut is not None else full)
         if options.on_op_start:
             options.on_op_start(op.name, len(specs))
@@ -559,13 +561,21 @@ def run_validation(
     # Plans are made ahead, in run order, on a thread of their own: planning an op (a work cut scans thousands
     # of seeds: ~0.25 s) overlaps the ops before it running, instead of keeping its worker waiting.
     planner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpuemu-plan") if specs_by_op is None else None
-    ahead = {
-        op.name: planner.submit(
-            plan_op, config, op, options.mode, options.iterations, options.seed, budget=options.budget
-        )
-        for op in ops
-        if planner is not None
-    }
+
+    def plan_ahead(op: OpConfig) -> Plan:
+        """``op``'s plan and, where its probe cases will bring a cost model, what its counted cut chooses from:
+        the model-free part of a cut (a wide scan of seeds and which case meets which class, ~0.5 s) is made
+        here, while earlier ops run, and only the part that needs the model waits for the probe."""
+        plan = plan_op(config, op, options.mode, options.iterations, options.seed, budget=options.budget)
+        if plan and probes(op) and default_cut_applies(config, op, options.mode, options.budget):
+            cut = plan.cut
+            if cut is not None and cut.pool is not None:
+                plan.pool = cut.pool  # the static cut's: the same plan
+            else:
+                plan.pool = cut_pool_of(config, op, options.mode, cut.planned if cut is not None else plan)
+        return plan
+
+    ahead = {op.name: planner.submit(plan_ahead, op) for op in ops if planner is not None}
 
     side_by_side = not (shards > 1 or jobs == 1 or len(ops) <= 1)
     pool = ThreadPoolExecutor(max_workers=min(jobs, len(ops)) if side_by_side else 1, thread_name_prefix="gpuemu-op")
