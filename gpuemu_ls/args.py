@@ -62,6 +62,10 @@ def load_workspace(args: argparse.Namespace) -> Config:
 
 
 #: ``--strict``'s help, the same for gpuemu test, fuzz, ci and gpuemu-ls --check.
+REDACT_HELP = (
+    "leave absolute paths and the host name out of the report (the workspace reads <workspace>): a report to "
+    "share; every number stays"
+)
 STRICT_HELP = (
     "edge findings fail too (failures only where a product of two inputs overflows the accumulation "
     "precision, or where NaN/inf inputs propagate differently); default: each op's strict"

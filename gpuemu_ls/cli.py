@@ -20,6 +20,7 @@ from ._version import __version__
 from .args import (
     EXIT_FAIL,
     EXIT_OK,
+    REDACT_HELP,
     SHOW_FAILURES,
     STRICT_HELP,
     Parser,
@@ -108,6 +109,7 @@ def _run_flags(p: argparse.ArgumentParser, *, fuzz: bool = False) -> None:
     p.add_argument("--fail-fast", action="store_true", help="stop an op at its first failing case")
     p.add_argument("--strict", action="store_true", help=STRICT_HELP)
     p.add_argument("--format", choices=FORMATS, default="text")
+    p.add_argument("--redact", action="store_true", help=REDACT_HELP)
     p.add_argument("--output", metavar="FILE", help="write the report there instead of stdout")
     p.add_argument("--no-progress", action="store_true", help="no progress line on a terminal")
     p.add_argument("--show", type=int, default=SHOW_FAILURES, metavar="N", help="failure lines shown per op")
@@ -183,6 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--include-artifacts", action="store_true", help="include instruction histograms of kernels")
     p.add_argument("--merge", nargs="+", metavar="JSON", help="join these `--format json` outputs (CI shards)")
     p.add_argument("--input", metavar="JSON", help="render one `--format json` output as it is (a shard's too)")
+    p.add_argument("--redact", action="store_true", help=REDACT_HELP)
     p.add_argument("--show", type=int, default=SHOW_FAILURES, metavar="N", help="failure lines shown per op")
     p.add_argument(
         "--slow",
@@ -292,7 +295,7 @@ def _run_and_report(
     result = run_validation(cfg, options, specs_by_op=plans, snapshots=snapshots)
     progress.close()
     doc = build_document(cfg, result, mode=options.mode)
-    emit(render(doc, args.format, show=args.show, replay_prefix=replay_prefix(cfg)), args.output)
+    emit(render(doc, args.format, show=args.show, replay_prefix=replay_prefix(cfg), redact=args.redact), args.output)
     return int(doc["exit_code"])
 
 
@@ -654,7 +657,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             include_lint=args.include_lint,
             include_artifacts=args.include_artifacts,
         )
-    emit(render(doc, args.format, show=args.show), args.output)
+    emit(render(doc, args.format, show=args.show, redact=args.redact), args.output)
     return int(doc["exit_code"])
 
 

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .args import (
+    REDACT_HELP,
     SHOW_FAILURES,
     STRICT_HELP,
     Parser,
@@ -46,6 +47,7 @@ def gate_flags(p: argparse.ArgumentParser) -> None:
     )
     size_flags(p, "worker processes: 1..256 or auto (default: [ci] parallel_jobs, else auto: one per usable core)")
     p.add_argument("--format", choices=FORMATS, default="text")
+    p.add_argument("--redact", action="store_true", help=REDACT_HELP)
     p.add_argument("--output", metavar="FILE", help="write the report there (text still goes to stdout)")
     p.add_argument("--baseline", metavar="TAG|FILE", help="report regressions against this baseline")
     p.add_argument(
@@ -89,7 +91,7 @@ def run_ci(cfg: Config, args: argparse.Namespace) -> int:
     plan = doc.get("shard_plan") or {}
     if args.shard is not None and args.shard.strip().lower() == "auto":
         print(f"gpuemu: --shard auto: shard {plan.get('shard')} ({plan.get('from')})", file=sys.stderr)
-    text = render(doc, args.format, show=args.show, replay_prefix=replay_prefix(cfg))
+    text = render(doc, args.format, show=args.show, replay_prefix=replay_prefix(cfg), redact=args.redact)
     if args.output:
         emit(text, args.output)
         if args.format != "text":

@@ -317,7 +317,7 @@ class GpuemuServer(LanguageServer):
                 job.session.stale = True  # a discoverOps answered before the refresh below rereads first
                 run_ended(self, job, kind, event)
             self.protocol.notify(OP_STATE, op_state(job, kind, event))
-        if kind == "failed":
+        if kind == "failed" and job.kind != "task":  # a task's caller answers for it, once (features/commands.py)
             self.message(f"gpuemu: {job.kind} {job.name} failed: {event.get('error')}", lsp.MessageType.Error)
             log.error("job %s failed: %s", job.name, event.get("traceback"))
         if kind in ("finished", "cancelled", "failed") and job.kind in ("validate", "lint"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +23,46 @@ def _whole(text: str) -> lsp.Range:
     return lsp.Range(lsp.Position(0, 0), lsp.Position(len(lines) - 1, len(lines[-1])))
 
 
-def code_actions(session: WorkspaceSession, diagnostics: list[lsp.Diagnostic], toml_text: str) -> list[lsp.CodeAction]:
-    """Actions for the gpuemu diagnostics under the cursor."""
+def _text_at(text: str, rng: lsp.Range) -> str | None:
+    """The text a one-line range covers, or None where it spans lines or lies outside ``text``."""
+    lines = text.split("\n")
+    if rng.start.line != rng.end.line or rng.start.line >= len(lines):
+        return None
+    line = lines[rng.start.line]
+    if not 0 <= rng.start.character < rng.end.character <= len(line):
+        return None
+    return line[rng.start.character : rng.end.character]
+
+
+def did_you_mean_fix(d: lsp.Diagnostic, uri: str, text: str) -> lsp.CodeAction | None:
+    """ "Change 'refrence' to 'reference'": a configuration problem's suggestion put in place of the word the
+    problem names, quotes kept. Offered only where the diagnostic's range holds exactly that word (the one
+    its message quotes first), so a fix never lands on anything else (a module:function, a file edited since)."""
+    data = d.data if isinstance(d.data, dict) else {}
+    suggestion = data.get("didYouMean")
+    if d.source != "gpuemu" or not isinstance(suggestion, str) or not suggestion:
+        return None
+    named = re.search(r"'((?:[^'\\]|\\.)*)'|\"((?:[^\"\\]|\\.)*)\"", d.message)
+    word = _text_at(text, d.range)
+    if named is None or word is None:
+        return None
+    wrong = named.group(1) if named.group(1) is not None else named.group(2)
+    quote = word[0] if len(word) >= 2 and word[0] == word[-1] and word[0] in "\"'" else ""
+    if (word[1:-1] if quote else word) != wrong:
+        return None
+    new = f"{quote}{suggestion}{quote}" if quote or re.fullmatch(r"[A-Za-z0-9_-]+", suggestion) else f'"{suggestion}"'
+    edit = lsp.WorkspaceEdit(changes={uri: [lsp.TextEdit(d.range, new)]})
+    return _quick_fix(f"Change {wrong!r} to {suggestion!r}", d, edit=edit, is_preferred=True)
+
+
+def code_actions(
+    session: WorkspaceSession, diagnostics: list[lsp.Diagnostic], toml_text: str, uri: str | None = None
+) -> list[lsp.CodeAction]:
+    """Actions for the gpuemu diagnostics under the cursor. ``uri``: the client's URI of gpuemu.toml when the
+    request is about it (whose text is ``toml_text``): its problems' "did you mean" fixes are offered there."""
     actions: list[lsp.CodeAction] = []
+    if uri is not None:
+        actions += [a for a in (did_you_mean_fix(d, uri, toml_text) for d in diagnostics) if a is not None]
     cfg = session.config
     seen: set[tuple[str, int | None]] = set()
     for d in diagnostics:

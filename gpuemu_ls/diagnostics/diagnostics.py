@@ -10,7 +10,9 @@ code actions need.
 
 from __future__ import annotations
 
+import ast
 import json
+import re
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -45,7 +47,9 @@ def _shape_text(shapes: dict[str, list[int]]) -> str:
     return " ".join(f"{k}={v}" for k, v in shapes.items())
 
 
-def _error_vs_tolerance(row: dict[str, Any]) -> str:
+def error_vs_tolerance(row: dict[str, Any]) -> str:
+    """A failing case's error against its tolerance ("max abs err 0.429 vs atol=1e-05 rtol=1e-05 (4.3e+04x
+    tolerance)"), or its message's first line: what the op's diagnostic and its hover's headline both say."""
     kind = row.get("kind")
     tol = json.loads(row["tolerance"]) if row.get("tolerance") else None
     if kind in NUMERIC and row.get("max_abs") is not None:
@@ -98,10 +102,10 @@ def failure_message(view: OpView, row: dict[str, Any], count: int, kinds: dict[s
     what = KIND_TEXT.get(kind, kind)
     if tier == "edge":
         what = f"edge finding ({what})"
-    head = f"{view.name}: {what} [{kind}] in {count}/{view.cases} cases: {_error_vs_tolerance(row)}"
+    head = f"{view.name}: {what} [{kind}] in {count}/{view.cases} cases: {error_vs_tolerance(row)}"
     if kinds and len(kinds) > 1:
         split = ", ".join(f"{KIND_TEXT.get(k, k)} [{k}] in {n}" for k, n in kinds.items())
-        head = f"{view.name}: edge findings in {count}/{view.cases} cases ({split}); first: {_error_vs_tolerance(row)}"
+        head = f"{view.name}: edge findings in {count}/{view.cases} cases ({split}); first: {error_vs_tolerance(row)}"
     lines = [
         head,
         f"seed {row['seed']}: {row['dtype']} {_shape_text(_shapes(row))} layout={row['layout']} "
@@ -118,6 +122,14 @@ def failure_message(view: OpView, row: dict[str, Any], count: int, kinds: dict[s
         lines.append(f"diagnosis: {view.diagnosis}")
     lines.append(f"replay: {replay_command(view.name, row['seed'], plan=row_plan(row))}")
     return "\n".join(lines)
+
+
+def headline_row(view: OpView) -> dict[str, Any] | None:
+    """The failing case an op's summary quotes: the first bug's (else the first edge finding's), the case of
+    the op's first diagnostic. The hover's headline quotes it too, so the two never tell different errors."""
+    rows = _first_per_kind(view)
+    bugs = [row for row, _, kinds in rows if not kinds and _tier(row)[0] != "edge"]
+    return bugs[0] if bugs else (rows[0][0] if rows else None)
 
 
 def _first_per_kind(view: OpView) -> list[tuple[dict[str, Any], int, dict[str, int]]]:
@@ -264,23 +276,46 @@ def _kernel_diagnostics(
         )
 
 
+_DID_YOU_MEAN = re.compile(r"^did you mean ('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\")\?$")
+
+
+def did_you_mean(hint: str | None) -> str | None:
+    """The suggestion of a checker hint "did you mean 'reference'?" (the checker writes it with repr), else None."""
+    m = _DID_YOU_MEAN.match(hint or "")
+    if m is None:
+        return None
+    try:
+        value = ast.literal_eval(m.group(1))
+    except (ValueError, SyntaxError):
+        return None
+    return value if isinstance(value, str) else None
+
+
+def _config_diagnostic(p: Any, severity: lsp.DiagnosticSeverity, code: str) -> lsp.Diagnostic:
+    """A configuration problem at its position; a "did you mean" suggestion goes in ``data`` for its quick fix."""
+    hint = f"\nhint: {p.hint}" if p.hint else ""
+    suggestion = did_you_mean(p.hint)
+    return lsp.Diagnostic(
+        problem_range(p),
+        p.message + hint,
+        severity,
+        code=code,
+        source=SOURCE,
+        data={"didYouMean": suggestion} if suggestion is not None else None,
+    )
+
+
 def workspace_diagnostics(session: WorkspaceSession, *, trusted: bool = True) -> dict[Path, list[lsp.Diagnostic]]:
     """Every diagnostic of a workspace, by absolute file path (files without any get an empty list)."""
     out: dict[Path, list[lsp.Diagnostic]] = defaultdict(list)
     config_path = session.config_path
     for p in session.problems:
-        hint = f"\nhint: {p.hint}" if p.hint else ""
         out[Path(p.file).resolve() if p.file else config_path].append(
-            lsp.Diagnostic(
-                problem_range(p), p.message + hint, lsp.DiagnosticSeverity.Error, code="config-error", source=SOURCE
-            )
+            _config_diagnostic(p, lsp.DiagnosticSeverity.Error, "config-error")
         )
     for p in session.warnings:
-        hint = f"\nhint: {p.hint}" if p.hint else ""
         out[Path(p.file).resolve() if p.file else config_path].append(
-            lsp.Diagnostic(
-                problem_range(p), p.message + hint, lsp.DiagnosticSeverity.Warning, code="config-warning", source=SOURCE
-            )
+            _config_diagnostic(p, lsp.DiagnosticSeverity.Warning, "config-warning")
         )
     cfg = session.config
     if cfg is None:

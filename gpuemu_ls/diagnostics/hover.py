@@ -18,6 +18,7 @@ from ..engine.report.formats.text import budget_text
 from ..engine.report.lines import KIND_TEXT, replay_command, row_plan
 from ..session.workspace import OpView
 from .code_actions import COMMANDS
+from .diagnostics import error_vs_tolerance, headline_row
 
 SHADES = " .:-=+*#%@"
 #: What could start markdown syntax in literal text, escaped with a backslash (CommonMark escapes any ASCII
@@ -98,8 +99,12 @@ def _ratio(v: Any) -> str:
 
 
 def _worst(view: OpView) -> str:
-    """The worst error against tolerance over the run, with the absolute error and tolerance of the worst
-    failing case when there is one."""
+    """The headline's error. A failing op: the case its diagnostic quotes, in the diagnostic's words (one
+    source: a hover that named the run's worst case, say a non-finite edge finding, contradicted the
+    diagnostic just above it). A passing op: the worst error against tolerance over the run."""
+    row = headline_row(view) if view.failures else None
+    if row is not None:
+        return f"seed {md(row['seed'])}: {md(error_vs_tolerance(row))}"
     ratios = [v["max_ratio"] for v in view.by_variant if isinstance(v.get("max_ratio"), (int, float))]
     if not ratios:
         return ""
@@ -108,14 +113,6 @@ def _worst(view: OpView) -> str:
         text = "worst error non-finite (NaN or inf where the reference is finite)"
     else:
         text = f"worst error {_ratio(worst)}{' tolerance' if worst >= 1 else ' of tolerance'}"
-    numeric = [
-        r for r in view.failures if isinstance(r.get("max_ratio"), (int, float)) and r.get("max_abs") is not None
-    ]
-    if numeric:
-        row = max(numeric, key=lambda r: r["max_ratio"])
-        tol = json.loads(row["tolerance"]) if row.get("tolerance") else None
-        text += f" (max abs err {row['max_abs']:.3g}"
-        text += f", {md(row['dtype'])} atol={tol[0]:g} rtol={tol[1]:g})" if tol else ")"
     return text
 
 

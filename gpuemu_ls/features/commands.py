@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import traceback
 import uuid
+from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -15,6 +17,7 @@ from lsprotocol import types as lsp
 from ..diagnostics.code_actions import CALIBRATE, MINIMIZE, REPRODUCE, RUN_ALL, RUN_OP, RUN_QUICK, RUN_THOROUGH
 from ..engine.config.keys import CONFIG_NAME
 from ..engine.config.model import Config, OpConfig
+from ..engine.errors import GpuemuError
 from ..session.jobs import Job
 from ..session.workspace import WorkspaceSession
 from . import Server
@@ -101,40 +104,64 @@ async def _command(ls: Server, name: str, params: dict[str, Any]) -> Any:
     op_name = params["op"]
     if op_name not in {o.name for o in s.config.ops}:
         return {"error": f"no op {op_name!r} in {s.config_path}"}
+    token = params.get("workDoneToken")
+    what = f"{name.removeprefix('gpuemu.')} {op_name}"
     try:
         if name == REPRODUCE:
             return await _reproduce(ls, s, op_name, params["seed"], minimized=params.get("minimized", False))
         if name == MINIMIZE:
             return await _minimize(ls, s, op_name, params["seed"])
         if name == CALIBRATE:
-            return await _calibrate(ls, s, op_name, params.get("iterations", 100))
-    except Exception as exc:  # the engine call failed: an answer, never a server error
-        what = f"{name.removeprefix('gpuemu.')} {op_name}"
+            return await _calibrate(ls, s, op_name, params.get("iterations", 100), token)
+    except Cancelled:  # the user stopped it (the progress's Cancel): nothing to tell them
+        ls.log_line(f"{what}: cancelled")
+        return {"error": "cancelled", "cancelled": True}
+    except Exception as exc:  # the engine call failed: one message and an answer, never a server error
         ls.message(f"gpuemu: {what}: {exc}", lsp.MessageType.Warning)
+        if isinstance(exc, GpuemuError):  # the engine's own refusal or usage error: it says what to do
+            ls.log_line(f"{what}: {exc}", lsp.MessageType.Warning)
+        else:  # a bug of ours: the traceback, at error level, where a report can copy it from
+            trace = "".join(traceback.format_exception(exc))
+            ls.log_line(f"{what} failed: {type(exc).__name__}: {exc}\n{trace}", lsp.MessageType.Error)
         return {"error": str(exc)}
     return None
 
 
-async def _with_progress(ls: Server, s: WorkspaceSession, title: str, fn: Any) -> Any:
-    """Run ``fn(job)`` as a task job with work-done progress, awaiting its result."""
-    token = None
-    if ls.supports("window", "work_done_progress"):
+Report = Callable[[str, "int | None"], None]
+
+
+class Cancelled(RuntimeError):
+    """A task job that was cancelled (work-done progress cancelled, or the server exiting)."""
+
+
+async def _with_progress(ls: Server, s: WorkspaceSession, title: str, fn: Any, token: str | int | None = None) -> Any:
+    """Run ``fn(job, report)`` as a task job with work-done progress, awaiting its result; ``report(message,
+    percentage)`` may be called from the job's thread. ``token``: the client's own progress token (it shows
+    the progress where it chose, say a notification with Cancel); else one is created when the client can."""
+    if token is None and ls.supports("window", "work_done_progress"):
         token = f"gpuemu-task-{uuid.uuid4().hex}"
         await ls.work_done_progress.create_async(token)
-        ls.work_done_progress.begin(token, lsp.WorkDoneProgressBegin(title=title, cancellable=True))
-    job = ls.jobs.task(s, title, fn)
-    if token:
+    if token is not None:
+        ls.work_done_progress.begin(token, lsp.WorkDoneProgressBegin(title=title, cancellable=True, percentage=0))
+
+    def report(message: str, percentage: int | None = None) -> None:
+        if token is not None:
+            params = lsp.WorkDoneProgressReport(message=message, percentage=percentage, cancellable=True)
+            ls.post(ls.work_done_progress.report, token, params)
+
+    job = ls.jobs.task(s, title, lambda j: fn(j, report))
+    if token is not None:
         ls.token_jobs[token] = job
     try:
         assert job.future is not None
         out = await asyncio.wrap_future(job.future)
+        if job.cancel.is_set():  # first: what a stopped run concluded from part of its cases is moot
+            raise Cancelled("cancelled")
         if job.error is not None:
             raise job.error
-        if job.cancel.is_set():
-            raise RuntimeError("cancelled")
         return out
     finally:
-        if token:
+        if token is not None:
             ls.work_done_progress.end(token, lsp.WorkDoneProgressEnd(message="done"))
             ls.token_jobs.pop(token, None)
 
@@ -156,7 +183,7 @@ async def _reproduce(
 
     cfg, op = _config_op(s, op_name)
 
-    def work(job: Job) -> dict[str, Any]:
+    def work(job: Job, _report: Report) -> dict[str, Any]:
         with closing(Store(s.store_file)) as store:
             if minimized:  # the case `gpuemu minimize` stored (its shapes), as `gpuemu reproduce --minimized`
                 found = store.find_minimized(op.name, seed)
@@ -207,7 +234,7 @@ async def _minimize(ls: Server, s: WorkspaceSession, op_name: str, seed: int) ->
 
     cfg, op = _config_op(s, op_name)
 
-    def work(job: Job) -> dict[str, Any]:
+    def work(job: Job, _report: Report) -> dict[str, Any]:
         with closing(Store(s.store_file)) as store:
             res = minimize(cfg, op, seed, store, cancel=job.cancel)
             store_minimized(store, cfg, res, command="gpuemu-ls minimize")
@@ -222,21 +249,33 @@ async def _minimize(ls: Server, s: WorkspaceSession, op_name: str, seed: int) ->
     return out
 
 
-async def _calibrate(ls: Server, s: WorkspaceSession, op_name: str, iterations: int) -> dict[str, Any]:
-    """Calibrate, then show the edit and ask before applying it; a calibration that would hide a bug is
-    refused with its reason and offers nothing to apply."""
+async def _calibrate(
+    ls: Server, s: WorkspaceSession, op_name: str, iterations: int, token: str | int | None = None
+) -> dict[str, Any]:
+    """Calibrate with progress (cases run per dtype), then show the edit and ask before applying it; a
+    calibration that would hide a bug is refused: one warning with its reasons (an answer, not an error of the
+    server: no traceback, nothing logged as an error), and nothing to apply."""
     from ..engine.tools.calibrate import CalibrationRefused, calibrate, tolerance_text
 
     cfg, op = _config_op(s, op_name)
 
-    def work(job: Job) -> list[Any]:
-        return calibrate(cfg, op, iterations=iterations)
+    def work(job: Job, report: Report) -> list[Any]:
+        dtypes = list(op.dtypes)
+        step = max(1, iterations // 20)  # about 20 reports per dtype, not one per case
+
+        def on_progress(dtype: str, done: int, total: int) -> None:
+            if done % step == 0 or done == total:
+                share = (dtypes.index(dtype) + done / max(total, 1)) / len(dtypes) if dtype in dtypes else None
+                report(f"{dtype}: {done} of {total} cases", None if share is None else int(100 * share))
+
+        return calibrate(cfg, op, iterations=iterations, on_progress=on_progress, first_refusal=True, cancel=job.cancel)
 
     try:
-        proposals = await _with_progress(ls, s, f"gpuemu: calibrate {op_name}", work)
+        proposals = await _with_progress(ls, s, f"gpuemu: calibrate {op_name}", work, token)
     except CalibrationRefused as exc:
-        ls.message(f"gpuemu: {exc}", lsp.MessageType.Error)
-        return {"refused": exc.reasons, "applied": False}
+        ls.message(f"gpuemu: {exc}", lsp.MessageType.Warning)
+        ls.log_line(f"calibrate {op_name}: {exc.heading}: {'; '.join(exc.reasons)}")
+        return {"refused": exc.reasons, "applied": False, "message": str(exc)}
     text = ls._toml_text(s)
     new = tolerance_text(cfg, op, proposals, text)
     change = "; ".join(

@@ -106,7 +106,8 @@ def _param(what: str, key: str, value: Any) -> Any:
     raise JsonRpcInvalidParams(f"{what}: unknown parameter {key!r}")
 
 
-#: Keys any LSP client may add to a request's params (progress tokens): accepted, unused.
+#: Keys any LSP client may add to a request's params (progress tokens): accepted; a command's workDoneToken
+#: carries its progress (command_params).
 _PROGRESS_KEYS = ("workDoneToken", "partialResultToken")
 
 
@@ -152,4 +153,8 @@ def command_params(name: str, args: Sequence[Any]) -> dict[str, Any]:
     if len(args) > 1:
         raise JsonRpcInvalidParams(f"{name} takes one argument object, got {len(args)} arguments")
     keys, required = COMMAND_KEYS[name]
-    return checked(name, args[0] if args else None, keys, required)
+    out = checked(name, args[0] if args else None, keys, required)
+    token = _plain(args[0]).get("workDoneToken") if args and isinstance(_plain(args[0]), dict) else None
+    if isinstance(token, (str, int)) and not isinstance(token, bool):  # the client's progress token (LSP's type)
+        out["workDoneToken"] = token
+    return out

@@ -67,9 +67,11 @@ def register_optional_features(ls: Server) -> None:
         def actions(ls_: Server, params: lsp.CodeActionParams) -> list[lsp.CodeAction] | None:
             path = request_path(params.text_document.uri)
             s = ls_.session_for(path) if path is not None else None
-            if s is None or s.config is None:
+            if s is None:  # a broken gpuemu.toml (no config) still gets its "did you mean" fixes
                 return None
-            return code_actions(s, list(params.context.diagnostics), ls_._toml_text(s)) or None
+            in_toml = path is not None and path.resolve() == s.config_path.resolve()
+            uri = params.text_document.uri if in_toml else None
+            return code_actions(s, list(params.context.diagnostics), ls_._toml_text(s), uri) or None
 
     if ls.options.code_lens:
 

@@ -3,12 +3,15 @@ runs (``gpuemu/opState``), as JSON payloads: failing cases in brief, their worst
 
 from __future__ import annotations
 
+import contextlib
 import math
+from pathlib import Path
 from typing import Any
 
 from lsprotocol import types as lsp
 
 from ..diagnostics.ranges import op_header_range, op_target
+from ..engine.errors import Problem
 from ..session.jobs import Job
 from ..session.workspace import WorkspaceSession
 from . import Server
@@ -170,10 +173,20 @@ def discover(ls: Server, s: WorkspaceSession) -> dict[str, Any]:
         "root": str(s.root),
         "uri": s.root.as_uri(),
         "config": s.config_path.as_uri(),
-        "configError": [str(p) for p in s.problems],
+        "configError": [_problem_text(p, s.root) for p in s.problems],
         "trusted": ls.options.trusted,
         "items": items,
     }
+
+
+def _problem_text(p: Problem, root: Path) -> str:
+    """A configuration problem as the Test Explorer lists it: where, relative to the workspace ("gpuemu.toml:3:1",
+    an absolute path made the item's name unreadable), what, and the hint."""
+    where = p.location()
+    if p.file is not None:
+        with contextlib.suppress(ValueError):
+            where = where.replace(str(p.file), str(Path(p.file).resolve().relative_to(root.resolve())), 1)
+    return f"{where}: {p.message}" + (f" ({p.hint})" if p.hint else "")
 
 
 def op_header_range_kernel(cfg: Any, index: int) -> lsp.Range:

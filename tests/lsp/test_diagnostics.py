@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 import pytest
-from lspkit import FAST, TINY_HEADER, GpuemuClient, line_of, record_latency, tiny_op, uri_of
+from lspkit import FAST, TINY_HEADER, GpuemuClient, apply_text_edits, line_of, record_latency, tiny_op, uri_of
 from lsprotocol import types as lsp
 
 pytestmark = pytest.mark.asyncio
@@ -260,6 +260,38 @@ async def test_config_errors_while_typing_and_on_save(editor: Any, workspace: An
     found = await client.request("gpuemu/discoverOps")
     assert found["workspaces"][0]["configError"] == []
     assert [i["name"] for i in found["workspaces"][0]["items"]] == ["double"]
+
+
+async def test_did_you_mean_has_a_quick_fix_that_applies_it(editor: Any, workspace: Any) -> None:
+    # a misspelt key and a misspelt dtype: each problem's "did you mean" is a preferred quick fix that puts the
+    # suggestion in place of the misspelt word (quotes kept); applied, the problems are gone
+    root = workspace(GOOD_TOML, {"ops.py": OPS_PY})
+    toml = root / "gpuemu.toml"
+    client = await editor.start(root, {**FAST, "onSave": False})
+    client.open(toml)
+    broken = GOOD_TOML.replace('reference = "ops:reference"', 'refrence = "ops:reference"')
+    broken = broken.replace('dtypes = ["float32"]', 'dtypes = ["flaot32"]')
+    client.save(toml, broken)
+    diags = await client.wait_diagnostics(toml, lambda ds: sum("did you mean" in d.message for d in ds) >= 2)
+    fixes = {}
+    for d in [d for d in diags if "did you mean" in d.message]:
+        actions = await client.code_actions(toml, [d])
+        fix = [a for a in actions if isinstance(a, lsp.CodeAction) and a.title.startswith("Change ")]
+        assert len(fix) == 1 and fix[0].is_preferred, (d.message, actions)
+        assert fix[0].kind == lsp.CodeActionKind.QuickFix
+        fixes[fix[0].title] = fix[0]
+    assert set(fixes) == {"Change 'refrence' to 'reference'", "Change 'flaot32' to 'float32'"}, fixes
+    text = broken
+    for fix in fixes.values():
+        assert fix.edit is not None and fix.edit.changes is not None
+        text = apply_text_edits(text, fix.edit.changes[uri_of(toml)])
+    assert text == GOOD_TOML, text
+    # a toml error reaches the Test Explorer as text naming gpuemu.toml, not the absolute path of the file
+    found = await client.request("gpuemu/discoverOps")
+    errors = found["workspaces"][0]["configError"]
+    assert errors and all(e.startswith("gpuemu.toml:") and str(root) not in e for e in errors), errors
+    client.save(toml, text)
+    await client.wait_diagnostics(toml, lambda ds: not ds)
 
 
 async def _settle(seconds: float = 0.5) -> None:

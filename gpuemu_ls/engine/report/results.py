@@ -23,6 +23,7 @@ from ..config.model import Config
 from ..oracle.outcome import PASSING_VERDICTS, CaseResult, OpOutcome, not_judged_reason
 from ..run.validate import RunResult
 from .lines import budget_head, replay_command, row_plan
+from .provenance import collect as collect_provenance
 
 SCHEMA = 2
 MAX_FAILURES_PER_OP = 100
@@ -298,8 +299,9 @@ def _document(
     regressions: list[dict[str, Any]],
     **more: Any,
 ) -> dict[str, Any]:
-    """The results document of these entries (``more``: keys after the regressions), with its summary, status
-    and exit code."""
+    """The results document of these entries (``more``: keys after the regressions), with its summary, status,
+    exit code and provenance (collected now: of the run itself, or of the workspace when built from the store)."""
+    created = time.time()
     doc: dict[str, Any] = {
         "schema": SCHEMA,
         "tool": {"name": "gpuemu-ls", "version": __version__},
@@ -310,7 +312,7 @@ def _document(
         "seed": seed,
         "run_id": run_id,
         "shard": shard,
-        "created_at": time.time(),
+        "created_at": created,
         "elapsed": elapsed,
         "fail_on_regression": fail_on_regression,
         "ops": ops,
@@ -321,6 +323,7 @@ def _document(
     doc["summary"] = summarize(ops + kernels, regressions)
     doc["status"] = overall_status(ops + kernels)
     doc["exit_code"] = exit_code(doc, fail_on_regression=fail_on_regression)
+    doc["provenance"] = collect_provenance(config, when=created, of="report" if mode == "stored" else "run")
     return doc
 
 

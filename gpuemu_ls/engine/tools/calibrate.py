@@ -22,6 +22,7 @@ look like a bug rather than rounding, namely when
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -191,6 +192,8 @@ def calibrate(
     run: Callable[[list[CaseSpec]], OpOutcome] | None = None,
     dtype_flag: str = "--dtype",
     on_progress: Callable[[str, int, int], None] | None = None,
+    first_refusal: bool = False,
+    cancel: threading.Event | None = None,
 ) -> list[Proposal]:
     """Run the op over ``iterations`` cases per dtype and propose (atol, rtol) per dtype.
 
@@ -198,7 +201,9 @@ def calibrate(
     in ``jobs`` of gpuemu's workers; the Python API runs them in the caller's process. ``dtype_flag`` names
     ``dtypes`` in the message about one the op does not run; ``on_progress(dtype, done, total)`` is called as
     each case of the default runner ends. Raises :class:`CalibrationRefused` when a proposal would hide a bug,
-    unless ``force``.
+    unless ``force``; with ``first_refusal`` as soon as one dtype's proposal is refused (the answer is then
+    known: an editor waiting on it need not run the other dtypes' cases), else with every dtype's reasons.
+    ``cancel`` stops the default runner's cases once set (the caller then discards the proposals).
     """
     check_factor(method, factor)
     chosen = dtypes or list(op.dtypes)
@@ -212,7 +217,7 @@ def calibrate(
                 on_progress(dtype, done, total)
 
         options = RunOptions(
-            mode="calibrate", ops=[op.name], jobs=jobs, source="calibrate", store=False, on_case=on_case
+            mode="calibrate", ops=[op.name], jobs=jobs, source="calibrate", store=False, on_case=on_case, cancel=cancel
         )
         return run_validation(config, options, specs_by_op={op.name: specs}).outcomes[0]
 
@@ -221,6 +226,8 @@ def calibrate(
         specs = plan_op(config, op, "thorough", iterations, seed, mode_filter(op, dtypes=(d,)), whole=True)
         outcome = run(specs) if run is not None else in_workers(specs, d)
         proposals.append(propose(config, op, d, outcome.cases, method, factor, outcome.condition))
+        if first_refusal and proposals[-1].refusal and not force:
+            break
     reasons = [f"{p.dtype}: {r}" for p in proposals for r in p.refusal]
     if reasons and not force:
         raise CalibrationRefused(op.name, reasons)

@@ -1,21 +1,28 @@
 """Renderers of the results document: text for people, JUnit for CI test tabs, SARIF for code scanning,
-Markdown for CI job summaries."""
+Markdown for CI job summaries, HTML for a page to open, print or keep as an artifact."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from .html import render_html
 from .junit import render_junit
 from .markdown import render_markdown
 from .sarif import render_sarif
 from .text import render_text
 
-FORMATS = ("text", "json", "junit", "sarif", "markdown")
+FORMATS = ("text", "json", "junit", "sarif", "markdown", "html")
 
 
-def render(doc: dict[str, Any], fmt: str, **kw: Any) -> str:
+def render(doc: dict[str, Any], fmt: str, *, redact: bool = False, **kw: Any) -> str:
+    """``doc`` in format ``fmt``; ``redact``: without absolute paths and the host name (``--redact``)."""
+    from ..redact import redact as redact_document
     from ..results import dumps
 
+    if fmt == "html":  # it finds the store by the workspace's path first, then redacts
+        return render_html(doc, show=kw.get("show") or 3, replay_prefix=kw.get("replay_prefix", ""), redact=redact)
+    if redact:
+        doc = redact_document(doc)
     if fmt == "json":
         return dumps(doc)
     if fmt == "junit":
@@ -27,4 +34,4 @@ def render(doc: dict[str, Any], fmt: str, **kw: Any) -> str:
     return render_text(doc, **kw)
 
 
-__all__ = ["FORMATS", "render", "render_junit", "render_markdown", "render_sarif", "render_text"]
+__all__ = ["FORMATS", "render", "render_html", "render_junit", "render_markdown", "render_sarif", "render_text"]
