@@ -182,12 +182,12 @@ def _op_table(doc: dict[str, Any]) -> str:
         rows.append(
             f'<tr data-name="{esc(str(e["name"]).lower())}" data-status="{esc(e["status"])}" data-op="{name}">'
             f'<td class="name">{link}</td><td class="verdict v-{esc(e["status"])}">{_word(e["status"])}</td>'
-            f'<td class="n cases">{_num(e.get("cases"))}</td><td class="n passed">{_num(e.get("passed"))}</td>'
-            f'<td class="n bug">{_num(t["bug"])}</td><td class="n edge">{_num(t["edge"])}</td>'
-            f'<td class="n out_of_range">{_num(t["out_of_range"])}</td><td class="n suspect">{_num(t["suspect"])}</td>'
-            f'<td class="n errors">{_num(e.get("errors"))}</td>'
-            f'<td class="n max_ratio">{_num(_float((e.get("stats") or {}).get("max_ratio")))}</td>'
-            f"<td>{esc(e.get('diagnosis') or '')}</td></tr>"
+            f'<td class="cases n">{_num(e.get("cases"))}</td><td class="passed n">{_num(e.get("passed"))}</td>'
+            f'<td class="bug n">{_num(t["bug"])}</td><td class="edge n">{_num(t["edge"])}</td>'
+            f'<td class="out_of_range n">{_num(t["out_of_range"])}</td><td class="suspect n">{_num(t["suspect"])}</td>'
+            f'<td class="errors n">{_num(e.get("errors"))}</td>'
+            f'<td class="max_ratio n">{_num(_float((e.get("stats") or {}).get("max_ratio")))}</td>'
+            f'<td class="diagnosis">{esc(e.get("diagnosis") or "")}</td></tr>'
         )
     statuses = sorted({e["status"] for e in ops})
     options = "".join(f'<option value="{esc(s)}">{_word(s)}</option>' for s in statuses)
