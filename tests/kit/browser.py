@@ -2,8 +2,9 @@
 opened from its file, and what a reader would meet is reported back as JSON (requests it made, Content-Security
 -Policy violations, images that failed, console errors, the op filter at work, the print layout).
 
-Outside CI a machine without node, chromium or the npm packages skips (``npm ci`` in editors/vscode, and
-``apt-get install chromium``); on CI (``CI`` set) that is a failure: ``.ci/run`` installs them before pytest.
+A developer's machine without node, chromium or the npm packages skips (``npm ci`` in editors/vscode, and
+``apt-get install chromium``); on CI (``CI`` or ``GPUEMU_REQUIRE_BROWSER`` set) that is a failure: ``.ci/run``
+installs them before pytest (``editors/vscode/scripts/e2e.sh deps``) and sets ``GPUEMU_REQUIRE_BROWSER``.
 """
 
 from __future__ import annotations
@@ -84,7 +85,7 @@ def browser_missing() -> str | None:
 def require_browser() -> None:
     """Skip where no browser can be driven, except on CI, where that is a failure (it must run there)."""
     missing = browser_missing()
-    if missing and os.environ.get("CI"):
+    if missing and (os.environ.get("CI") or os.environ.get("GPUEMU_REQUIRE_BROWSER")):
         pytest.fail(f"CI must drive a real browser: {missing} (.ci/run installs it before pytest)")
     if missing:
         pytest.skip(missing)

@@ -3,6 +3,8 @@
 # Installs whatever is missing, packages the .vsix, runs test/e2e/vscode.e2e.ts; exits non-zero on failure.
 #
 #   editors/vscode/scripts/e2e.sh            # from anywhere; the repo's .venv must hold gpuemu-ls
+#   editors/vscode/scripts/e2e.sh deps       # only the Debian packages and node_modules (.ci/run, before pytest:
+#                                            # the suite's browser tests drive this chromium)
 #
 # Environment:
 #   GPUEMU_E2E_SERVER     gpuemu-ls to test (default: <repo>/.venv/bin/gpuemu-ls)
@@ -60,6 +62,12 @@ code_server() {
     tail -1 "$EXT/.e2e/install.log"
   fi
 }
+
+if [ "${1:-}" = deps ]; then
+  phase "Debian packages" apt_packages
+  phase "npm ci" npm_install
+  exit 0
+fi
 
 if [ ! -x "$GPUEMU_E2E_SERVER" ]; then
   echo "gpuemu-ls not found at $GPUEMU_E2E_SERVER (install the repo: python3 -m venv .venv && .venv/bin/pip install -e .)" >&2
