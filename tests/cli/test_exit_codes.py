@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from kit.attest import attest, report_files, write_keypair
+from kit.attest import sign, stored_report, write_keypair
 from kit.cli import env as kit_env
 from kit.workspace import write_ws
 
@@ -156,14 +156,14 @@ def _damaged_store(root: Path) -> None:
 def _reported(root: Path) -> None:
     """The stored results as ../out/R.json and R.html, and a key pair in ../keys (outside the workspace)."""
     write_keypair(root.parent / "keys")
-    report_files(root, root.parent / "out")
+    stored_report(root, root.parent / "out")
 
 
 def _signed(tamper: bool = False) -> Callable[[Path], None]:
     def prepare(root: Path) -> None:
         _reported(root)
         out = root.parent / "out"
-        attest([out / "R.html", out / "R.json"], root.parent / "keys" / "signing.pem", root)
+        sign([out / "R.html", out / "R.json"], root.parent / "keys" / "signing.pem")
         if tamper:
             (out / "R.html").write_text("<p>all passed</p>", encoding="utf-8")
 

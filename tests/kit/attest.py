@@ -45,6 +45,29 @@ def report_files(workspace: Path, folder: Path, stem: str = "R") -> list[Path]:
     return [html_path, json_path]
 
 
+def stored_report(workspace: Path, folder: Path, stem: str = "R") -> list[Path]:
+    """What ``report_files`` writes, built in this process (the same builder ``gpuemu report`` calls): cheaper
+    where the report command itself is not under test."""
+    from gpuemu_ls.engine.config.load import load_config
+    from gpuemu_ls.engine.report.results import document_from_store, dumps
+    from gpuemu_ls.engine.store.db import Store
+
+    cfg = load_config(workspace)
+    folder.mkdir(parents=True, exist_ok=True)
+    json_path, html_path = folder / f"{stem}.json", folder / f"{stem}.html"
+    json_path.write_text(dumps(document_from_store(cfg, Store.for_workspace(cfg.root, readonly=True))), "utf-8")
+    html_path.write_text(HTML, encoding="utf-8")
+    return [html_path, json_path]
+
+
+def sign(files: list[Path], key: Path) -> Path:
+    """``files`` signed in this process with the private key file ``key``; the attestation's path."""
+    from gpuemu_ls.engine.tools.attest.keys import load_signing_key
+    from gpuemu_ls.engine.tools.attest.sign import attest as attest_files
+
+    return attest_files(files, load_signing_key(str(key))).path
+
+
 def attest(files: list[Path], key: Path, cwd: Path) -> subprocess.CompletedProcess:
     """``gpuemu attest FILES --key KEY``, asserted to succeed."""
     done = gpuemu("attest", *map(str, files), "--key", str(key), cwd=cwd)
