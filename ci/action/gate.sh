@@ -5,7 +5,9 @@
 #
 # Inputs (environment): GPUEMU_ACTION_PATH (workspace, default .), GPUEMU_ACTION_MODE (quick|thorough),
 # GPUEMU_ACTION_SHARD (K/N|auto|empty), GPUEMU_ACTION_BASELINE, GPUEMU_ACTION_FAIL_ON_REGRESSION (true|false),
-# GPUEMU_ACTION_OUT (folder for the reports); GitHub's GITHUB_OUTPUT and GITHUB_STEP_SUMMARY when present.
+# GPUEMU_ACTION_OUT (folder for the reports), GPUEMU_ACTION_REPORT (html: gpuemu.html too, from the same JSON),
+# GPUEMU_ACTION_REDACT (true: the HTML without absolute paths and host name); GitHub's GITHUB_OUTPUT and
+# GITHUB_STEP_SUMMARY when present.
 set -uo pipefail
 
 ws="${GPUEMU_ACTION_PATH:-.}"
@@ -16,6 +18,11 @@ mkdir -p "$out"
 case "$mode" in
   quick | thorough) ;;
   *) echo "gpuemu-ls action: mode must be quick or thorough, got '$mode'" >&2; exit 2 ;;
+esac
+report="${GPUEMU_ACTION_REPORT:-}"
+case "$report" in
+  "" | html) ;;
+  *) echo "gpuemu-ls action: report must be html or empty, got '$report'" >&2; exit 2 ;;
 esac
 args=(--check "$ws" "--$mode" --format json --output "$out/gpuemu.json" --no-progress)
 [[ -n "${GPUEMU_ACTION_SHARD:-}" ]] && args+=(--shard "$GPUEMU_ACTION_SHARD")
@@ -30,6 +37,10 @@ if [[ -s "$out/gpuemu.json" ]]; then
     ext=$fmt; [[ $fmt == junit ]] && ext=junit.xml; [[ $fmt == markdown ]] && ext=md
     gpuemu report --input "$out/gpuemu.json" --format "$fmt" --output "$out/gpuemu.$ext" || code=$((code > 0 ? code : 1))
   done
+  if [[ "$report" == html ]]; then
+    redact=(); [[ "${GPUEMU_ACTION_REDACT:-false}" == "true" ]] && redact=(--redact)
+    gpuemu report --input "$out/gpuemu.json" --format html ${redact[@]+"${redact[@]}"} --output "$out/gpuemu.html" || code=$((code > 0 ? code : 1))
+  fi
   [[ -n "${GITHUB_STEP_SUMMARY:-}" ]] && cat "$out/gpuemu.md" >> "$GITHUB_STEP_SUMMARY"
 else
   echo "gpuemu-ls action: the gate wrote no results (exit $code); see the log above" >&2

@@ -3,7 +3,8 @@
 # with the extras asked for. GPUEMU_ACTION_EXTRAS is comma-separated, spaces ignored; empty installs no extra
 # (never "PATH[]", which pip rejects as an invalid requirement). Arguments are passed on to pip.
 #
-# Inputs (environment): GITHUB_ACTION_PATH (the action's checkout), GPUEMU_ACTION_EXTRAS.
+# Inputs (environment): GITHUB_ACTION_PATH (the action's checkout), GPUEMU_ACTION_EXTRAS, GPUEMU_ACTION_REPORT
+# (html adds the [report] extra: matplotlib for the HTML report's plots).
 set -euo pipefail
 
 extras="$(printf '%s' "${GPUEMU_ACTION_EXTRAS:-}" | tr -d '[:space:]')"
@@ -13,6 +14,7 @@ if [[ ! "$extras" =~ ^[A-Za-z0-9_,-]*$ ]]; then
   echo "gpuemu-ls action: extras must be comma-separated names (cuda, triton, torch, jax), got '$GPUEMU_ACTION_EXTRAS'" >&2
   exit 2
 fi
+[[ "${GPUEMU_ACTION_REPORT:-}" == html ]] && extras="${extras:+$extras,}report"
 spec="${GITHUB_ACTION_PATH:?set GITHUB_ACTION_PATH to the checkout of the action}"
 [[ -n "$extras" ]] && spec="${spec}[${extras}]"
 python -m pip install --quiet "$@" "$spec"

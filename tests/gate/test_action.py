@@ -6,6 +6,7 @@ their replay commands, the gate's exit code as the step output (the job fails in
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import xml.etree.ElementTree as ET
@@ -85,12 +86,19 @@ def test_a_failing_workspace_gives_reports_a_summary_and_exit_code_1(tmp_path: P
 def test_a_passing_workspace_and_a_bad_input(tmp_path: Path) -> None:
     ws = copy_example("quickstart", tmp_path / "qs")
     shutil.rmtree(ws / ".gpuemu", ignore_errors=True)
-    proc, out, outputs = _run(ws, tmp_path, mode="quick", shard="1/2")
+    proc, out, outputs = _run(ws, tmp_path, mode="quick", shard="1/2", report="html", redact="true")
     assert outputs == {"exit-code": "0"}, (outputs, proc.stdout, proc.stderr)
-    assert json.loads((out / "gpuemu.json").read_text())["shard"]
+    doc = json.loads((out / "gpuemu.json").read_text())
+    assert doc["shard"]
+    page = (out / "gpuemu.html").read_text(encoding="utf-8")  # `report: html`: the page beside the JSON
+    names = re.findall(r'<tr data-name="[^"]*" data-status="passed" data-op="([^"]+)"', page)
+    assert names == [e["name"] for e in doc["ops"]] and names
+    assert str(ws.resolve()) not in page and "&lt;workspace&gt;" in page  # `redact: true`
     assert (tmp_path / "summary.md").read_text().startswith("### gpuemu-ls: PASS")
     proc, _, outputs = _run(ws, tmp_path / "bad" if (tmp_path / "bad").mkdir() is None else tmp_path, mode="fast")
     assert proc.returncode == 2 and "mode must be quick or thorough" in proc.stderr, proc.stderr
+    proc, _, outputs = _run(ws, tmp_path, mode="quick", report="pdf")
+    assert proc.returncode == 2 and "report must be html or empty" in proc.stderr, proc.stderr
 
 
 INSTALL_SH = ROOT / "ci" / "action" / "install.sh"
