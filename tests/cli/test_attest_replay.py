@@ -62,17 +62,19 @@ def signed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     for name, code in (("pass", 0), ("mixed", 1)):
         done = gpuemu("test", "--no-progress", cwd=repo / name)
         assert done.returncode == code, out(done)
-        files = report_files(repo / name, base / f"out-{name}")
-        if name == "pass":
-            attest(files, private, cwd=base)  # the real CLI
+        if name == "pass":  # the real HTML page and the real CLI
+            attest(report_files(repo / name, base / f"out-{name}", html=True), private, cwd=base)
         else:
-            sign(files, private)
+            sign(report_files(repo / name, base / f"out-{name}"), private)
         paths[name] = base / f"out-{name}" / "R.intoto.jsonl"
     return paths
 
 
 def test_verify_round_trip_names_signer_commit_and_config(signed: dict[str, Path]) -> None:
-    done = gpuemu("verify", str(signed["mixed"]), "--key", str(signed["pub"]), cwd=signed["repo"] / "mixed")
+    """The passing run's real HTML page and JSON, signed by `gpuemu attest`, verified by `gpuemu verify`."""
+    html = (signed["pass"].parent / "R.html").read_text(encoding="utf-8")
+    assert html.lstrip().lower().startswith("<!doctype html>") and "stand-in" not in html
+    done = gpuemu("verify", str(signed["pass"]), "--key", str(signed["pub"]), cwd=signed["repo"] / "pass")
     assert done.returncode == 0, out(done)
     commit = _git(signed["repo"], "rev-parse", "HEAD")
     assert done.stdout.startswith("VERIFIED"), out(done)

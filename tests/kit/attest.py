@@ -35,13 +35,18 @@ def write_keypair(
     return private, public
 
 
-def report_files(workspace: Path, folder: Path, stem: str = "R") -> list[Path]:
-    """``gpuemu report --format json`` of the workspace's stored results, and a stand-in HTML, in ``folder``."""
+def report_files(workspace: Path, folder: Path, stem: str = "R", *, html: bool = False) -> list[Path]:
+    """``gpuemu report --format json`` of the workspace's stored results in ``folder``, and beside it the real
+    ``--format html`` page (``html``) or a stand-in HTML."""
     folder.mkdir(parents=True, exist_ok=True)
     json_path, html_path = folder / f"{stem}.json", folder / f"{stem}.html"
     done = gpuemu("report", "--format", "json", "--output", str(json_path), cwd=workspace)
     assert json_path.is_file(), out(done)
-    html_path.write_text(HTML, encoding="utf-8")
+    if html:
+        done = gpuemu("report", "--format", "html", "--output", str(html_path), cwd=workspace)
+        assert html_path.is_file(), out(done)
+    else:
+        html_path.write_text(HTML, encoding="utf-8")
     return [html_path, json_path]
 
 
