@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 PLAYWRIGHT = REPO / "editors" / "vscode" / "node_modules" / "playwright-core"
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 
-#: Opens argv[1] (a file), filters the op table by argv[3] and by verdict argv[4], screenshots to argv[2].
+#: Opens argv[1] (a file), filters the op table by argv[3] and by verdict argv[4], screenshots to argv[2] (if any).
 _SCRIPT = r"""
 const { chromium } = require(process.env.GPUEMU_PLAYWRIGHT);
 (async () => {
@@ -51,6 +51,13 @@ const { chromium } = require(process.env.GPUEMU_PLAYWRIGHT);
     const visible = () => page.$$eval("#op-table tbody tr", (rows) =>
       rows.filter((r) => getComputedStyle(r).display !== "none").map((r) => r.getAttribute("data-op")));
     out.rows_all = await visible();
+    out.filter_ms = await page.evaluate((t) => {  // one filter over every row, as a keystroke triggers it
+      const input = document.getElementById("op-filter");
+      const t0 = performance.now();
+      input.value = t;
+      input.dispatchEvent(new Event("input"));
+      return performance.now() - t0;
+    }, text);
     await page.fill("#op-filter", text);
     out.rows_text = await visible();
     await page.fill("#op-filter", "");
@@ -61,7 +68,7 @@ const { chromium } = require(process.env.GPUEMU_PLAYWRIGHT);
     out.rows_print = await visible();
     await page.emulateMedia({ media: "screen" });
     await page.selectOption("#op-status", "");
-    await page.screenshot({ path: shot, fullPage: true });
+    if (shot) await page.screenshot({ path: shot, fullPage: true });
     out.csp = await page.evaluate(() => window.__csp);
   } finally {
     await browser.close();
@@ -91,10 +98,13 @@ def require_browser() -> None:
         pytest.skip(missing)
 
 
-def open_page(page: Path, screenshot: Path, *, filter_text: str, status: str, timeout: float = 120) -> dict[str, Any]:
-    """Open ``page`` in headless Chromium; what it loaded and showed (see ``_SCRIPT``)."""
+def open_page(
+    page: Path, screenshot: Path | None, *, filter_text: str, status: str, timeout: float = 120
+) -> dict[str, Any]:
+    """Open ``page`` in headless Chromium; what it loaded and showed (see ``_SCRIPT``): ``load_ms`` to its load
+    event, ``filter_ms`` for one filter over the op table."""
     proc = subprocess.run(
-        ["node", "-e", _SCRIPT, str(page.resolve()), str(screenshot), filter_text, status],
+        ["node", "-e", _SCRIPT, str(page.resolve()), str(screenshot or ""), filter_text, status],
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -15,6 +15,8 @@ from typing import Any
 
 from .html_data import Case
 
+#: Titles at a fixed height: placed automatically, each is moved clear of the tick labels, measured at every draw.
+TITLE_Y = 1.02
 #: The tolerance is 1 on the error-to-tolerance axis; a stored ratio this large stands for a non-finite one.
 NON_FINITE_RATIO = 1e299
 COLOURS = {
@@ -77,7 +79,7 @@ def _dims_panel(ax: Any, cases: list[Case]) -> None:
     names = sorted({d for c in cases for d in c.dims}, key=lambda d: -len({c.dims.get(d) for c in cases}))
     if not cases or not names:
         ax.set_axis_off()
-        ax.set_title("case space: no dims", loc="left")
+        ax.set_title("case space: no dims", loc="left", y=TITLE_Y)
         return
     x, y = names[0], names[1] if len(names) > 1 else None
     for status in ("passed", "edge", "failed", "error"):
@@ -93,6 +95,7 @@ def _dims_panel(ax: Any, cases: list[Case]) -> None:
             )
     for axis, dim in (("x", x), ("y", y)):
         values = [c.dims.get(dim, 0) for c in cases] if dim else []
+        (ax.xaxis if axis == "x" else ax.yaxis).get_major_locator().set_params(nbins=5)  # ticks cost at every draw
         if values and min(values) > 0 and max(values) / min(values) >= 16:
             (ax.set_xscale if axis == "x" else ax.set_yscale)("log", base=2)
             # plain numbers: a log axis labels its ticks as mathtext ($2^{4}$), parsed at ~25 ms a label
@@ -100,7 +103,7 @@ def _dims_panel(ax: Any, cases: list[Case]) -> None:
             (ax.xaxis if axis == "x" else ax.yaxis).set_minor_formatter(NullFormatter())
     ax.set_xlabel(x)
     ax.set_ylabel(y or "seed")
-    ax.set_title("pass / fail over the case space", loc="left")
+    ax.set_title("pass / fail over the case space", loc="left", y=TITLE_Y)
     ax.legend(fontsize=7, loc="best")
 
 
@@ -120,7 +123,7 @@ def _class_panel(ax: Any, cases: list[Case]) -> None:
                 ax.text(j, i, f"{bad[(*r, d)]}/{total[(*r, d)]}", ha="center", va="center", fontsize=7)
     ax.set_yticks(range(len(rows)), [f"{dt} {lay}" for dt, lay in rows])
     ax.set_xticks(range(len(cols)), cols, rotation=40, ha="right", fontsize=7)
-    ax.set_title("failing / cases by dtype, layout and distribution", loc="left")
+    ax.set_title("failing / cases by dtype, layout and distribution", loc="left", y=TITLE_Y)
 
 
 def _ratio_panel(ax: Any, ratios: Sequence[float | None], title: str = "error / tolerance of each case") -> None:
@@ -130,10 +133,11 @@ def _ratio_panel(ax: Any, ratios: Sequence[float | None], title: str = "error / 
     if finite:
         ax.hist([math.log10(r) for r in finite], bins=30, color="#4c72b0")
     ax.axvline(0.0, color=COLOURS["failed"], linestyle="--", linewidth=1)
+    ax.locator_params(nbins=5)
     ax.set_xlabel("log10(error / tolerance): right of the line fails")
     ax.set_ylabel("cases")
     extra = [f"{n} {what}" for n, what in ((zero, "exact"), (nonfinite, "non-finite")) if n]
-    ax.set_title(title + (f" ({', '.join(extra)} not shown)" if extra else ""), loc="left")
+    ax.set_title(title + (f" ({', '.join(extra)} not shown)" if extra else ""), loc="left", y=TITLE_Y)
 
 
 def _map_panel(ax: Any, worst: dict[str, Any] | None, grid: list[list[float]] | None) -> None:
@@ -146,7 +150,9 @@ def _map_panel(ax: Any, worst: dict[str, Any] | None, grid: list[list[float]] | 
     else:
         ax.set_axis_off()
     ax.set_title(
-        f"worst case (seed {seed}): where the errors lie" + (f", worst at {where}" if where else ""), loc="left"
+        f"worst case (seed {seed}): where the errors lie" + (f", worst at {where}" if where else ""),
+        loc="left",
+        y=TITLE_Y,
     )
 
 
@@ -159,7 +165,7 @@ def summary_figure(summary: dict[str, Any], op_ratios: list[float | None]) -> st
     for i, s in enumerate(statuses):
         left.text(summary[s], i, f" {summary[s]}", va="center", fontsize=8)
     left.invert_yaxis()
-    left.set_title("ops and kernels by verdict", loc="left")
+    left.set_title("ops and kernels by verdict", loc="left", y=TITLE_Y)
     _ratio_panel(right, op_ratios, "each op's largest error / tolerance")
     return _svg(fig)
 
@@ -176,7 +182,7 @@ def history_figure(history: list[dict[str, Any]]) -> str:
             bottom = [b + n for b, n in zip(bottom, heights)]
     ax.set_xticks(range(len(history)), [f"{h['run_id'][:6]}\n{h['mode'] or ''}" for h in history], fontsize=6)
     ax.set_ylabel("ops")
-    ax.set_title("run over run: op verdicts of the last stored runs", loc="left")
+    ax.set_title("run over run: op verdicts of the last stored runs", loc="left", y=TITLE_Y)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1, 1))
     return _svg(fig)
 
@@ -194,5 +200,5 @@ def lint_figure(figures: list[tuple[str, float, float]]) -> str:
     ax.axvline(1.0, color="black", linestyle="--", linewidth=1)
     ax.invert_yaxis()
     ax.set_xlabel("figure / limit (right of the line: over the limit)")
-    ax.set_title("kernel lint figures against their limits", loc="left")
+    ax.set_title("kernel lint figures against their limits", loc="left", y=TITLE_Y)
     return _svg(fig)
