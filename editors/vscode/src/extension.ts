@@ -36,6 +36,7 @@ import {
   shapesLabel,
   statusSummary,
 } from "./model";
+import { openReport } from "./report";
 import { ResolvedServer, findCheckout, installCommand, missingServerMessage, resolveServer } from "./serverPath";
 import { GpuemuTests, RunMode } from "./testing";
 
@@ -798,6 +799,11 @@ class GpuemuExtension implements vscode.Disposable {
       return leaf ? this.executeServerCommand("gpuemu.calibrate", { workspace: leaf.workspace, op: leaf.label }) : undefined;
     });
     reg("gpuemu.showFailures", () => this.showFailures());
+    reg("gpuemu.openReport", () => {
+      if (!this.requireTrust()) return undefined;
+      const workspaces = [...new Set(this.tests.allLeaves().map((l) => l.workspace))];
+      return openReport(this.python(), this.server?.env, workspaces.length ? workspaces : this.folders(), this.output);
+    });
     reg("gpuemu.installServer", () => this.installServer());
     // a failing case's child item in the Test Explorer (its context menu and inline button)
     reg("gpuemu.reproduceTestCase", async (...args) => {
