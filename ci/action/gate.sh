@@ -6,7 +6,8 @@
 # Inputs (environment): GPUEMU_ACTION_PATH (workspace, default .), GPUEMU_ACTION_MODE (quick|thorough),
 # GPUEMU_ACTION_SHARD (K/N|auto|empty), GPUEMU_ACTION_BASELINE, GPUEMU_ACTION_FAIL_ON_REGRESSION (true|false),
 # GPUEMU_ACTION_OUT (folder for the reports), GPUEMU_ACTION_REPORT (html: gpuemu.html too, from the same JSON),
-# GPUEMU_ACTION_REDACT (true: the HTML without absolute paths and host name); GitHub's GITHUB_OUTPUT and
+# GPUEMU_ACTION_REDACT (true: the HTML without absolute paths and host name), GPUEMU_ACTION_ATTEST (true: sign
+# the JSON and HTML into gpuemu.intoto.jsonl with the PEM key in GPUEMU_SIGNING_KEY); GitHub's GITHUB_OUTPUT and
 # GITHUB_STEP_SUMMARY when present.
 set -uo pipefail
 
@@ -24,6 +25,12 @@ case "$report" in
   "" | html) ;;
   *) echo "gpuemu-ls action: report must be html or empty, got '$report'" >&2; exit 2 ;;
 esac
+attest="${GPUEMU_ACTION_ATTEST:-false}"
+case "$attest" in
+  true) [[ -n "${GPUEMU_SIGNING_KEY:-}" ]] || { echo "gpuemu-ls action: attest: true signs with the PEM private key in GPUEMU_SIGNING_KEY: set it from a secret in the step's env" >&2; exit 2; } ;;
+  false) ;;
+  *) echo "gpuemu-ls action: attest must be true or false, got '$attest'" >&2; exit 2 ;;
+esac
 args=(--check "$ws" "--$mode" --format json --output "$out/gpuemu.json" --no-progress)
 [[ -n "${GPUEMU_ACTION_SHARD:-}" ]] && args+=(--shard "$GPUEMU_ACTION_SHARD")
 [[ -n "${GPUEMU_ACTION_BASELINE:-}" ]] && args+=(--baseline "$GPUEMU_ACTION_BASELINE")
@@ -40,6 +47,10 @@ if [[ -s "$out/gpuemu.json" ]]; then
   if [[ "$report" == html ]]; then
     redact=(); [[ "${GPUEMU_ACTION_REDACT:-false}" == "true" ]] && redact=(--redact)
     gpuemu report --input "$out/gpuemu.json" --format html ${redact[@]+"${redact[@]}"} --output "$out/gpuemu.html" || code=$((code > 0 ? code : 1))
+  fi
+  if [[ "$attest" == true ]]; then  # the key comes from the environment and is never written
+    signed=("$out/gpuemu.json"); [[ -s "$out/gpuemu.html" ]] && signed+=("$out/gpuemu.html")
+    gpuemu attest "${signed[@]}" || code=$((code > 0 ? code : 2))
   fi
   [[ -n "${GITHUB_STEP_SUMMARY:-}" ]] && cat "$out/gpuemu.md" >> "$GITHUB_STEP_SUMMARY"
 else

@@ -4,7 +4,8 @@
 # (never "PATH[]", which pip rejects as an invalid requirement). Arguments are passed on to pip.
 #
 # Inputs (environment): GITHUB_ACTION_PATH (the action's checkout), GPUEMU_ACTION_EXTRAS, GPUEMU_ACTION_REPORT
-# (html adds the [report] extra: matplotlib for the HTML report's plots).
+# (html adds the [report] extra: matplotlib for the HTML report's plots), GPUEMU_ACTION_ATTEST (true adds
+# the [attest] extra: cryptography, to sign the reports).
 set -euo pipefail
 
 extras="$(printf '%s' "${GPUEMU_ACTION_EXTRAS:-}" | tr -d '[:space:]')"
@@ -15,6 +16,7 @@ if [[ ! "$extras" =~ ^[A-Za-z0-9_,-]*$ ]]; then
   exit 2
 fi
 [[ "${GPUEMU_ACTION_REPORT:-}" == html ]] && extras="${extras:+$extras,}report"
+[[ "${GPUEMU_ACTION_ATTEST:-false}" == true ]] && extras="${extras:+$extras,}attest"
 spec="${GITHUB_ACTION_PATH:?set GITHUB_ACTION_PATH to the checkout of the action}"
 [[ -n "$extras" ]] && spec="${spec}[${extras}]"
 python -m pip install --quiet "$@" "$spec"

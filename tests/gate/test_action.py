@@ -15,6 +15,10 @@ from pathlib import Path
 import pytest
 import yaml
 from gatekit import ROOT, VENV_BIN, copy_example, env
+from kit.attest import write_keypair
+
+from gpuemu_ls.engine.tools.attest.keys import load_public_key
+from gpuemu_ls.engine.tools.attest.verify import verify
 
 ACTION = ROOT / "action.yml"
 GATE_SH = ROOT / "ci" / "action" / "gate.sh"
@@ -50,7 +54,28 @@ def test_the_action_runs_its_gate_script_and_fails_in_its_last_step() -> None:
     assert len(uploads) == 2 and all("always()" in s["if"] for s in uploads)
 
 
-def _run(ws: Path, tmp: Path, **inputs: str) -> tuple[subprocess.CompletedProcess, Path, dict[str, str]]:
+def test_the_signed_release_workflow_of_the_docs_validates_and_uses_the_actions_inputs(tmp_path: Path) -> None:
+    """docs/ci.md's release workflow: GitHub's workflow schema, and every `with:` key an input of action.yml."""
+    text = (ROOT / "docs" / "ci.md").read_text(encoding="utf-8")
+    found = re.search(r"```yaml\n(.*?)```", text[text.index("## Signed reports") :], re.S)
+    assert found, "no workflow in docs/ci.md's Signed reports section"
+    workflow = tmp_path / "release.yml"
+    workflow.write_text(found.group(1), encoding="utf-8")
+    step = next(s for s in yaml.safe_load(found.group(1))["jobs"]["report"]["steps"] if "gpuemu-ls" in s["uses"])
+    assert step["with"]["attest"] is True and "GPUEMU_SIGNING_KEY" in step["env"]
+    assert set(step["with"]) <= set(yaml.safe_load(ACTION.read_text())["inputs"])
+    proc = subprocess.run(
+        [str(VENV_BIN / "check-jsonschema"), "--builtin-schema", "vendor.github-workflows", str(workflow)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def _run(
+    ws: Path, tmp: Path, secrets: dict[str, str] | None = None, **inputs: str
+) -> tuple[subprocess.CompletedProcess, Path, dict[str, str]]:
     out = tmp / "reports"
     summary, outputs = tmp / "summary.md", tmp / "outputs.txt"
     e = env(
@@ -59,6 +84,7 @@ def _run(ws: Path, tmp: Path, **inputs: str) -> tuple[subprocess.CompletedProces
         GITHUB_STEP_SUMMARY=str(summary),
         GITHUB_OUTPUT=str(outputs),
         **{f"GPUEMU_ACTION_{k.upper()}": v for k, v in inputs.items()},
+        **(secrets or {}),
     )
     proc = subprocess.run(["bash", str(GATE_SH)], cwd=tmp, env=e, capture_output=True, text=True, timeout=900)
     got = dict(line.split("=", 1) for line in outputs.read_text().splitlines()) if outputs.exists() else {}
@@ -86,8 +112,12 @@ def test_a_failing_workspace_gives_reports_a_summary_and_exit_code_1(tmp_path: P
 def test_a_passing_workspace_and_a_bad_input(tmp_path: Path) -> None:
     ws = copy_example("quickstart", tmp_path / "qs")
     shutil.rmtree(ws / ".gpuemu", ignore_errors=True)
-    proc, out, outputs = _run(ws, tmp_path, mode="quick", shard="1/2", report="html", redact="true")
+    private, public = write_keypair(tmp_path / "keys")
+    key = {"GPUEMU_SIGNING_KEY": private.read_text(encoding="utf-8")}
+    proc, out, outputs = _run(ws, tmp_path, key, mode="quick", shard="1/2", report="html", redact="true", attest="true")
     assert outputs == {"exit-code": "0"}, (outputs, proc.stdout, proc.stderr)
+    signed = verify(out / "gpuemu.intoto.jsonl", load_public_key(str(public)))  # `attest: true`: both reports
+    assert sorted(name for name, _ in signed.subjects) == ["gpuemu.html", "gpuemu.json"]
     doc = json.loads((out / "gpuemu.json").read_text())
     assert doc["shard"]
     page = (out / "gpuemu.html").read_text(encoding="utf-8")  # `report: html`: the page beside the JSON
@@ -99,6 +129,10 @@ def test_a_passing_workspace_and_a_bad_input(tmp_path: Path) -> None:
     assert proc.returncode == 2 and "mode must be quick or thorough" in proc.stderr, proc.stderr
     proc, _, outputs = _run(ws, tmp_path, mode="quick", report="pdf")
     assert proc.returncode == 2 and "report must be html or empty" in proc.stderr, proc.stderr
+    proc, _, outputs = _run(ws, tmp_path, mode="quick", attest="yes")
+    assert proc.returncode == 2 and "attest must be true or false" in proc.stderr, proc.stderr
+    proc, _, outputs = _run(ws, tmp_path, mode="quick", attest="true")
+    assert proc.returncode == 2 and "GPUEMU_SIGNING_KEY" in proc.stderr, proc.stderr
 
 
 INSTALL_SH = ROOT / "ci" / "action" / "install.sh"
