@@ -231,16 +231,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", metavar="FILE")
     p.add_argument("--show", type=int, default=20, metavar="N", help=argparse.SUPPRESS)
 
-    p = _command(sub, "store", "check, repair, reset or prune the result store; list its runs")
+    p = _command(sub, "store", "check, repair, reset or prune the result store; list, pin or unpin its runs")
     p.add_argument(
         "action",
-        choices=("check", "repair", "reset", "runs", "prune"),
+        choices=("check", "repair", "reset", "runs", "prune", "pin", "unpin"),
         help="check: read every page, say what is wrong (exit 1 if anything); repair: copy every readable row into"
         " a new store; reset: start empty (both keep the old file as <name>.corrupt-<time>); runs: recent runs;"
-        " prune: remove all but the last --keep-runs runs of each kind (source and mode) and the runs holding an"
-        " op's latest result,"
-        " then shrink the file",
+        " prune: remove all but the last --keep-runs runs of each kind (source and mode), the runs holding an"
+        " op's latest result and pinned runs, then shrink the file; pin RUN: keep a run through every prune"
+        " (`baseline store` pins its runs); unpin RUN: let retention judge it again",
     )
+    p.add_argument("run", nargs="?", metavar="RUN", help="`store pin|unpin`: a run id, or its first characters")
+    p.add_argument("--reason", default="", metavar="TEXT", help="`store pin`: why (shown by `store runs`)")
     p.add_argument("--limit", type=int, default=20, metavar="N", help="runs listed by `store runs` (default 20)")
     p.add_argument(
         "--keep-runs",
@@ -674,8 +676,12 @@ def cmd_baseline(args: argparse.Namespace) -> int:
             doc = document_from_store(cfg, _reading_store(cfg), include_lint=True, include_artifacts=True)
         if not doc["ops"] and not doc["kernels"]:
             raise UsageError("no results to store: run `gpuemu ci` (or `gpuemu test`) first")
-        write_baseline(cfg, path, from_document(doc, args.tag))
+        base = from_document(doc, args.tag)
+        write_baseline(cfg, path, base)
+        pinned = _pin_baseline_runs(cfg, base)
         print(f"baseline {args.tag!r}: {len(doc['ops'])} ops, {len(doc['kernels'])} kernels -> {path}")
+        if pinned:
+            print(f"  pinned {pinned} stored run(s) it was taken from: retention keeps them (`gpuemu store runs`)")
         return EXIT_OK
     base = load_baseline(path)
     if args.baseline_command == "show":
@@ -687,6 +693,22 @@ def cmd_baseline(args: argparse.Namespace) -> int:
         print(f"REGRESSION {r['kind']} {r['name']}: {r['reason']}")
     print(f"{len(regs)} regressions against baseline {args.tag!r}")
     return EXIT_FAIL if regs and args.fail_on_regression else EXIT_OK
+
+
+def _pin_baseline_runs(cfg: Config, base: dict[str, Any]) -> int:
+    """Pin the stored runs a baseline names, so retention keeps the cases behind its figures; runs this store
+    does not hold (a --from file of another machine's run) are skipped."""
+    path = store_path(cfg.root)
+    if not base["runs"] or not path.exists():
+        return 0
+    store = Store(path)
+    try:
+        held = [r for r in base["runs"] if store.run(r) is not None]
+        for run_id in held:
+            store.pin(run_id, f"baseline {base['tag']}")
+        return len(held)
+    finally:
+        store.close()
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
@@ -756,6 +778,10 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
 def _store_prune(path: Path, args: argparse.Namespace) -> int:
     from .engine.store.prune import prune
 
@@ -765,8 +791,8 @@ def _store_prune(path: Path, args: argparse.Namespace) -> int:
         return EXIT_OK
     verb = "would remove" if done.dry_run else "removed"
     print(
-        f"{path}: {verb} {len(done.runs)} runs ({done.op_results} op results, {done.cases} cases,"
-        f" {done.snapshots} input snapshots); kept {done.kept_runs} runs"
+        f"{path}: {verb} {_count(len(done.runs), 'run')} ({done.op_results} op results, {done.cases} cases,"
+        f" {done.snapshots} input snapshots); kept {_count(done.kept_runs, 'run')}"
     )
     if not done.dry_run and done.runs:
         print(f"  size {done.size_before} -> {done.size_after} bytes" + (" (vacuumed)" if done.vacuumed else ""))
@@ -841,6 +867,29 @@ def cmd_lint(args: argparse.Namespace) -> int:
     return int(doc["exit_code"])
 
 
+def _store_pin(path: Path, args: argparse.Namespace) -> int:
+    """``gpuemu store pin|unpin RUN``: a run retention keeps whatever its age, or judges again."""
+    if not args.run:
+        raise UsageError(f"`gpuemu store {args.action}` needs a run id (`gpuemu store runs` lists them)")
+    if not path.exists():
+        raise UsageError(f"no result store at {path} yet (gpuemu test creates it)")
+    store = Store(path)
+    try:
+        run_id = store.resolve_run(args.run)
+        if args.action == "pin":
+            store.pin(run_id, args.reason)
+            done = f"pinned run {run_id[:12]}: `store prune` and retention keep it until `gpuemu store unpin`"
+        else:
+            done = f"unpinned run {run_id[:12]}" if store.unpin(run_id) else f"run {run_id[:12]} was not pinned"
+    finally:
+        store.close()
+    if args.format == "json":
+        print(json.dumps({"schema": 1, "action": args.action, "run": run_id, "reason": args.reason}, indent=2))
+    else:
+        print(done)
+    return EXIT_OK
+
+
 def cmd_store(args: argparse.Namespace) -> int:
     """``gpuemu store check|repair|reset|runs``: works on the store even when gpuemu.toml does not load."""
     from .engine.store.maintain import check, repair, reset
@@ -848,6 +897,8 @@ def cmd_store(args: argparse.Namespace) -> int:
     path = store_path(workspace_root(args))
     if args.action == "prune":
         return _store_prune(path, args)
+    if args.action in ("pin", "unpin"):
+        return _store_pin(path, args)
     if args.action == "runs":
         runs = Store(path, readonly=True).runs(limit=max(1, args.limit))
         if args.format == "json":
@@ -855,8 +906,9 @@ def cmd_store(args: argparse.Namespace) -> int:
             return EXIT_OK
         for r in runs:
             started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["started_at"] or 0))
+            pin = f"  [pinned{': ' + r['pinned'] if r['pinned'] else ''}]" if r.get("pinned") is not None else ""
             print(f"{r['id'][:12]}  {started}  {r['status']:12} {r['source'] or '':10} {r['mode'] or '':9} "
-                  f"{r['command'] or ''}")  # fmt: skip
+                  f"{r['command'] or ''}{pin}")  # fmt: skip
         print(f"{len(runs)} runs in {path}" if runs else f"no runs stored in {path}")
         return EXIT_OK
     if args.action == "check":

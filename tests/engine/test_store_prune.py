@@ -14,6 +14,7 @@ from kit.cli import gpuemu, out
 from kit.ops import op_toml, project_toml
 from kit.workspace import write_files
 
+from gpuemu_ls.engine.errors import UsageError
 from gpuemu_ls.engine.store.db import Store
 from gpuemu_ls.engine.store.prune import prune
 
@@ -117,23 +118,42 @@ def ws(tmp_path: Path) -> Path:
     return write_files(tmp_path / "ws", {"gpuemu.toml": toml, "ops.py": OPS})
 
 
-def test_prune_end_to_end(ws: Path) -> None:
-    for seed in (1, 2, 3):
+def test_prune_end_to_end_keeps_pinned_and_baseline_runs(ws: Path) -> None:
+    """Real runs, then prune: the latest state is untouched and a pruned failing seed still replays. Retention
+    (issue 31): `baseline store` records and pins the runs it was taken from, `store pin RUN` (a prefix will do)
+    keeps any run, `store runs` says which are pinned and why, and `store unpin` hands a run back."""
+    assert gpuemu("test", "--quick", "--seed", "1", cwd=ws).returncode == 1
+    stored = gpuemu("baseline", "store", "nightly", cwd=ws)
+    assert stored.returncode == 0 and "pinned 1 stored run" in stored.stdout, out(stored)
+    for seed in (2, 3):
         assert gpuemu("test", "--quick", "--seed", str(seed), cwd=ws).returncode == 1
-    first = json.loads(gpuemu("store", "runs", "--format", "json", cwd=ws).stdout)["runs"][-1]["id"]
+    runs = json.loads(gpuemu("store", "runs", "--format", "json", cwd=ws).stdout)["runs"]
+    middle, first = runs[1]["id"], runs[2]["id"]
+    assert json.loads(gpuemu("baseline", "show", "nightly", cwd=ws).stdout)["runs"] == [first]
     failures = gpuemu("failures", cwd=ws).stdout
+    pinned = gpuemu("store", "pin", middle[:8], "--reason", "bisect", cwd=ws)
+    assert pinned.returncode == 0 and f"pinned run {middle[:12]}" in pinned.stdout, out(pinned)
+    listed = gpuemu("store", "runs", cwd=ws).stdout
+    assert "[pinned: bisect]" in listed and "[pinned: baseline nightly]" in listed, listed
     dry = gpuemu("store", "prune", "--keep-runs", "1", "--dry-run", cwd=ws)
-    assert dry.returncode == 0 and "would remove 2 runs" in dry.stdout, out(dry)
+    assert dry.returncode == 0 and "would remove 0 runs" in dry.stdout, out(dry)
+    assert "unpinned" in gpuemu("store", "unpin", middle[:8], cwd=ws).stdout
+    dry = gpuemu("store", "prune", "--keep-runs", "1", "--dry-run", cwd=ws)
+    assert dry.returncode == 0 and "would remove 1 run (" in dry.stdout, out(dry)
     done = gpuemu("store", "prune", "--keep-runs", "1", "--format", "json", cwd=ws)
-    report = json.loads(done.stdout)
-    assert done.returncode == 0 and len(report["runs"]) == 2 and first in report["runs"], out(done)
+    assert done.returncode == 0 and json.loads(done.stdout)["runs"] == [middle], out(done)
     assert gpuemu("failures", cwd=ws).stdout == failures  # the latest state is untouched
     assert gpuemu("store", "check", cwd=ws).returncode == 0
     # a failing seed of a pruned run still replays: regenerated from (op, seed)
-    replay = gpuemu("reproduce", "--op", "scale", "--seed", "1", cwd=ws)
+    replay = gpuemu("reproduce", "--op", "scale", "--seed", "2", cwd=ws)
     assert replay.returncode == 1 and "scale" in replay.stdout, out(replay)
-    bad = gpuemu("store", "prune", "--keep-runs", "0", cwd=ws)
-    assert bad.returncode == 2 and "--keep-runs" in bad.stderr, out(bad)
+    for args, says in (
+        (["store", "prune", "--keep-runs", "0"], "--keep-runs"),
+        (["store", "pin"], "needs a run id"),
+        (["store", "pin", "ffff0000"], "no stored run"),
+    ):
+        bad = gpuemu(*args, cwd=ws)
+        assert bad.returncode == 2 and says in bad.stderr, out(bad)
 
 
 def test_keep_runs_applies_after_every_run(ws: Path) -> None:
@@ -177,3 +197,50 @@ def test_a_run_prunes_only_its_own_kind_and_the_editors_runs_are_left_to_store_p
         store.close()
     assert gone == ["r001", "r002", "r003", "r004", "r005"]
     assert rows(path, "SELECT count(*) FROM runs WHERE source = 'server'") == [(30,)]
+
+
+def test_pinned_runs_survive_every_prune_until_unpinned(tmp_path: Path) -> None:
+    """`gpuemu store pin RUN` (and a stored baseline's runs) are kept whatever their age; unpinned, the rule
+    judges them again. Prefixes resolve to one run, an ambiguous or unknown one is a usage error."""
+    path = tmp_path / "gpuemu.db"
+    generate(path)
+    store = Store(path)
+    try:
+        store.pin(store.resolve_run("r003"), "baseline nightly")
+        store.pin("r004", "")
+        assert store.pinned_runs() == {"r003": "baseline nightly", "r004": ""}
+        for bad, says in (("r00", "ambiguous"), ("zz", "no stored run"), ("", "give a run id")):
+            with pytest.raises(UsageError, match=says):
+                store.resolve_run(bad)
+    finally:
+        store.close()
+    assert prune(path, keep_runs=2).runs == ["r001", "r002", "r005"]
+    store = Store(path)
+    try:
+        assert store.unpin("r003") and not store.unpin("r003")
+    finally:
+        store.close()
+    assert prune(path, keep_runs=2).runs == ["r003"]
+    assert sorted(r[0] for r in rows(path, "SELECT id FROM runs")) == [
+        "m000",
+        "r000",
+        "r004",
+        "r006",
+        "r007",
+        "r008",
+        "r009",
+    ]
+
+
+def test_a_store_made_before_pins_gets_the_table_on_its_next_write_and_reads_without_it(tmp_path: Path) -> None:
+    path = tmp_path / "gpuemu.db"
+    generate(path)
+    conn = sqlite3.connect(path)
+    conn.execute("DROP TABLE pins")
+    conn.close()
+    old = Store(path, readonly=True)
+    assert old.pinned_runs() == {}  # an old store, read as it is
+    old.close()
+    assert prune(path, keep_runs=2, dry_run=True).runs == ["r001", "r002", "r003", "r004", "r005"]
+    Store(path).close()
+    assert rows(path, "SELECT name FROM sqlite_master WHERE name = 'pins'") == [("pins",)]

@@ -1,7 +1,8 @@
 """Baselines: a reviewable JSON snapshot of a run's verdicts, and regressions measured against it.
 
 ``gpuemu baseline store TAG`` writes ``gpuemu-baselines/TAG.json`` (meant to be committed and
-reviewed like code). A regression is an op that passed in the baseline and does not now, or whose
+reviewed like code) and pins the stored runs it was taken from (retention keeps them: store/prune.py). A
+regression is an op that passed in the baseline and does not now, or whose
 max error grew beyond ``baseline * (1 + regression_threshold)`` on the same cases (the error figures
 of other seeds or case counts are not comparable, so they are compared only when the cases match);
 and a kernel whose registers, spills or local memory grew, or whose instruction counts grew beyond
@@ -73,7 +74,15 @@ def from_document(doc: dict[str, Any], tag: str) -> dict[str, Any]:
         "tolerance_rule": TOLERANCE_RULE,
         "ops": dict(sorted(ops.items())),
         "kernels": dict(sorted(kernels.items())),
+        # the stored runs its results come from: `baseline store` pins them, so retention keeps their cases
+        "runs": baseline_runs(doc),
     }
+
+
+def baseline_runs(doc: dict[str, Any]) -> list[str]:
+    """The run ids a results document's ops and kernels were read from (the run's own, for a run's document)."""
+    ids = {e.get("run_id") for e in [*doc.get("ops", []), *doc.get("kernels", [])]} | {doc.get("run_id")}
+    return sorted(i for i in ids if isinstance(i, str) and i)
 
 
 def _seconds(value: Any) -> float | None:

@@ -41,7 +41,7 @@ import sqlite_utils
 
 from ..._version import __version__
 from .. import dtypes as dt
-from ..errors import StoreError
+from ..errors import StoreError, UsageError
 
 if TYPE_CHECKING:
     from ..oracle.outcome import CaseResult
@@ -403,14 +403,45 @@ class Store:
             self.db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     def _ensure_indexes(self) -> None:
-        """The indexes every read a face makes needs, on stores made before they existed (built on the first
-        open for writing; no schema bump, so older versions keep reading and writing the store)."""
+        """The indexes every read a face makes needs, and the pins table, on stores made before they existed
+        (built on the first open for writing; no schema bump, so older versions keep reading and writing the
+        store)."""
         have = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'index'").fetchall()}
         missing = [ix for ix in READ_INDEXES if ix[0] not in have]
-        if missing:
+        pins = bool(self.db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'pins'").fetchone())
+        if missing or not pins:
             with self._write():
                 for index in missing:
                     self.db.execute(_index_sql(*index))
+                self.db.execute(PINS_SQL)
+
+    # --- pins --------------------------------------------------------------------------------
+    def pinned_runs(self) -> dict[str, str]:
+        """Runs retention keeps whatever their age, and why (``gpuemu store pin``, a stored baseline); none in a
+        store no gpuemu that knows pins has written."""
+        if not self.query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'pins'"):
+            return {}
+        return {r["run_id"]: r["reason"] or "" for r in self.query("SELECT run_id, reason FROM pins")}
+
+    def resolve_run(self, prefix: str) -> str:
+        """The one stored run whose id starts with ``prefix`` (``store runs`` shows 12 characters)."""
+        if not prefix.strip():
+            raise UsageError("give a run id (`gpuemu store runs` lists them)")
+        rows = self.query("SELECT id FROM runs WHERE substr(id, 1, ?) = ? LIMIT 2", (len(prefix), prefix))
+        if not rows:
+            raise UsageError(f"no stored run {prefix!r} in {self.path} (`gpuemu store runs` lists them)")
+        if len(rows) > 1:
+            raise UsageError(f"run id {prefix!r} is ambiguous: give more of it")
+        return str(rows[0]["id"])
+
+    def pin(self, run_id: str, reason: str) -> None:
+        """Keep ``run_id`` through every prune until :meth:`unpin` (a second pin replaces the reason)."""
+        row = (run_id, reason, time.time())
+        self.write(lambda c: c.execute("INSERT OR REPLACE INTO pins (run_id, reason, pinned_at) VALUES (?, ?, ?)", row))
+
+    def unpin(self, run_id: str) -> bool:
+        """Let retention judge ``run_id`` again; False if it was not pinned."""
+        return bool(self.write(lambda c: c.execute("DELETE FROM pins WHERE run_id = ?", (run_id,)).rowcount))
 
     def mark_interrupted(self) -> int:
         """Mark ``running`` runs whose process is gone (killed with -9, a lost machine) as ``interrupted``.
@@ -687,9 +718,10 @@ class Store:
 
     def runs(self, limit: int | None = None) -> list[dict[str, Any]]:
         """Runs, newest first; a ``running`` one whose process is gone reads as ``interrupted`` (also where the
-        store cannot be written to say so)."""
+        store cannot be written to say so); ``pinned``: the pin's reason, None where it is not pinned."""
         sql = "SELECT * FROM runs ORDER BY started_at DESC" + (f" LIMIT {int(limit)}" if limit else "")
-        return [_effective(r) for r in self.query(sql)]
+        pins = self.pinned_runs()
+        return [{**_effective(r), "pinned": pins.get(r["id"])} for r in self.query(sql)]
 
     def cases(
         self,
@@ -861,6 +893,10 @@ def _create_schema_1(db: sqlite_utils.Database) -> None:
     db["op_results"].create_index(["op", "finished_at"], if_not_exists=True)
 
 
+#: Runs a user or a stored baseline pinned: retention keeps them (store/prune.py).
+PINS_SQL = "CREATE TABLE IF NOT EXISTS pins (run_id TEXT PRIMARY KEY, reason TEXT, pinned_at REAL)"
+
+
 def _index_sql(name: str, table: str, columns: tuple[str, ...]) -> str:
     return f"CREATE INDEX IF NOT EXISTS [{name}] ON [{table}] ({', '.join(columns)})"
 
@@ -881,6 +917,7 @@ def _create(path: Path) -> None:
             _create_schema_1(db)
             for index in READ_INDEXES:
                 conn.execute(_index_sql(*index))
+            conn.execute(PINS_SQL)
             conn.execute("ALTER TABLE runs ADD COLUMN owner TEXT")
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             conn.execute("COMMIT")

@@ -2,7 +2,8 @@
 
 Kept: the last ``keep_runs`` runs of each kind (source and mode: the CLI's quick runs, the gate's thorough
 runs, the editor's runs, ...), every ``gpuemu minimize`` run (a
-minimized case is the user's), every run that still holds the latest result of some op or kernel (what
+minimized case is the user's), every pinned run (``gpuemu store pin RUN``; ``gpuemu baseline store`` pins
+the runs its baseline was taken from), every run that still holds the latest result of some op or kernel (what
 ``failures``, ``ops``, ``report`` and the editors show: an op last run three months ago by ``--op`` keeps
 that run), and every run still ``running``. Everything else goes: the
 runs, their op results, their cases, and the input snapshots no kept case refers to. Then the file shrinks:
@@ -104,7 +105,7 @@ def _doomed_runs(store: Store, keep_runs: int, source: str | None = None) -> tup
     """(the runs the rule removes, oldest first; how many it keeps): counted per kind of run, its source and
     mode (the CLI's quick runs, the gate's thorough runs, the editor's runs, ...); only ``source``'s if given."""
     runs = store.query("SELECT id, source, mode, status FROM runs ORDER BY started_at DESC, rowid DESC")
-    latest = {r["run_id"] for r in store.latest_op_results().values()}
+    latest = {r["run_id"] for r in store.latest_op_results().values()} | set(store.pinned_runs())
     per_kind: dict[tuple[str, str], int] = {}
     doomed: list[str] = []
     for r in runs:
