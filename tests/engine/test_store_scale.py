@@ -89,7 +89,7 @@ def test_latest_failures_are_the_latest_runs_own(store: Store) -> None:
     assert len(rows) == (OPS // 20) * len(range(0, CASES, 3))
 
 
-def test_an_old_store_gains_the_indexes_on_its_next_write(tmp_path: Path) -> None:
+def test_an_old_store_read_only_says_it_is_slow_and_gains_the_indexes_on_its_next_write(tmp_path: Path) -> None:
     path = tmp_path / "gpuemu.db"
     generate(path)
     conn = sqlite3.connect(path)
@@ -97,10 +97,14 @@ def test_an_old_store_gains_the_indexes_on_its_next_write(tmp_path: Path) -> Non
         for name, _, _ in READ_INDEXES:
             conn.execute(f"DROP INDEX [{name}]")
     conn.close()
-    reader = Store(path, readonly=True)  # a reader never writes: still answers, by a scan
+    reader = Store(path, readonly=True)  # a reader never writes: still answers, by a scan, and says it is slow
     assert len(reader.latest_op_results(kind="op")) == OPS
+    assert any("slow on it until a gpuemu run writes it" in n for n in reader.notes), reader.notes
     reader.close()
     Store(path).close()
+    again = Store(path, readonly=True)  # migrated: nothing to say
+    assert not again.notes, again.notes
+    again.close()
     conn = sqlite3.connect(path)
     names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
     conn.close()

@@ -295,6 +295,14 @@ class Store:
             )
         elif self.schema == 0 and not self._tables():
             raise self._damaged("it holds no gpuemu tables", "read")
+        have = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'index'").fetchall()}
+        if any(ix[0] not in have for ix in READ_INDEXES):
+            # a store older than its read indexes, opened read-only: each op's failures are then read by a scan
+            # of the run's cases (at 1,000 ops, a minute); the first run (or repair) that writes it builds them
+            self.notes.append(
+                f"{self.path} was made before the indexes reading it needs: `failures`, `ops` and `report` are"
+                " slow on it until a gpuemu run writes it (or `gpuemu store repair`)"
+            )
 
     def _regular_file(self) -> None:
         if not self.path.is_file():
