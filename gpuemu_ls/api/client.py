@@ -39,6 +39,7 @@ from ..engine.run.frameworks import Adapter, get_adapter, to_numpy_any
 from ..engine.run.runners import CallError, Runner
 from ..engine.run.validate import config_hash, op_status, plan_op, store_verdict
 from ..engine.store.db import Store
+from ..engine.store.prune import retain
 from .results import USER_SEED_BASE, FuzzResult, TestCase, ValidationError, ValidationResult
 from .runners import ClientRunner, PrecomputedRunner
 
@@ -775,6 +776,7 @@ class Client:
         statuses = set(run.status.values())
         status = next((s for s in ("failed", "error", "not_run") if s in statuses), "passed" if statuses else "not_run")
         self.store.finish_run(run.id, status)
+        retain(self.store, self.config.store.keep_runs, self.source)  # [store] keep_runs, as after a CLI run
 
 
 def _own_module(root: Path, ref: str) -> str:

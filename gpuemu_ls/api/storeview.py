@@ -20,6 +20,7 @@ from ..engine.cases.plan import CaseSpec
 from ..engine.config.model import Config
 from ..engine.oracle.outcome import CaseResult
 from ..engine.store.db import Store
+from ..engine.store.prune import retain
 from .replay import stored_comparisons
 
 #: Op verdicts that decide a run's status, worst first (edge findings alone leave it passed).
@@ -105,6 +106,7 @@ def finish_shared_run(store: Store, config: Config, run_id: str, *, mode: str, s
     statuses = {store_verdict(store, config, run_id, op, mode=mode, source=source) for op in ops}
     status = next((s for s in _WORST_FIRST if s in statuses), "passed" if statuses else "not_run")
     store.finish_run(run_id, status)
+    retain(store, config.store.keep_runs, source)  # [store] keep_runs, as after a CLI run
     return status
 
 

@@ -137,3 +137,20 @@ def test_client_and_cli_write_the_store_at_once(client_ws: Path, gpuemu_cli) -> 
         assert store.count("cases") == 3 * 12 + 12
     finally:
         store.close()
+
+
+def test_client_runs_keep_to_the_store_retention(client_ws: Path) -> None:
+    """`[store] keep_runs` applies after each run of the Python API as after a CLI run (issue 31): a suite that
+    checks ops on every commit keeps the last N runs and every op's latest result, not a year of runs."""
+    (client_ws / "gpuemu.toml").write_text((client_ws / "gpuemu.toml").read_text() + "\n[store]\nkeep_runs = 2\n")
+    with Client(client_ws) as c:
+        for _ in range(5):
+            assert c.fuzz_op_client_side("softmax", np_softmax, iterations=2).ok
+        path = c.store_path
+    store = Store(path, readonly=True)
+    try:
+        runs = store.query("SELECT id FROM runs WHERE source = 'api'")
+        latest = {r["run_id"] for r in store.latest_op_results().values()}
+    finally:
+        store.close()
+    assert len(runs) <= 2 + len(latest) and len(runs) < 5, runs

@@ -188,7 +188,7 @@ TABLES: dict[tuple[str, ...], dict[str, str]] = {
     },
     ("cuda", "artifact_checks"): dict(_ARTIFACT_CHECKS),
     ("store",): {
-        "keep_runs": "Runs of each kind (source and mode) kept after every gpuemu test, fuzz or gate run (default 20); older ones of that kind go with their cases and the input snapshots no kept case refers to, except a run that holds some op's latest result or a gpuemu minimize run. \"all\": keep everything. The editors' runs are pruned by gpuemu store prune, which also shrinks the file.",
+        "keep_runs": "Runs of each kind (source and mode) kept after every gpuemu test, fuzz or gate run and every Python API or pytest-plugin run (default 20); older ones of that kind go with their cases and the input snapshots no kept case refers to, except a run that holds some op's latest result, a pinned run (gpuemu store pin, a stored baseline's) or a gpuemu minimize run. \"all\": keep everything. The editors' runs are pruned by gpuemu store prune, which also shrinks the file.",
     },
 }
 

@@ -84,9 +84,10 @@ def prune(path: Path, *, keep_runs: int = DEFAULT_KEEP_RUNS, dry_run: bool = Fal
     return report
 
 
-#: Sources whose runs apply the rule to their own kind after each run: ``gpuemu test``/``fuzz`` and the gate.
-#: The editors' runs (one per op and job) are left to ``gpuemu store prune``: 20 of them are one round.
-RETAINING_SOURCES = frozenset({"cli", "ci"})
+#: Sources whose runs apply the rule to their own kind after each run: ``gpuemu test``/``fuzz``, the gate, and
+#: the Python API and its pytest plugin (a test suite that checks ops on every commit). The editors' runs (one
+#: per op and job) are left to ``gpuemu store prune``: 20 of them are one round.
+RETAINING_SOURCES = frozenset({"cli", "ci", "api", "pytest"})
 
 
 def retain(store: Store, keep_runs: int | None, source: str) -> list[str]:
@@ -94,6 +95,9 @@ def retain(store: Store, keep_runs: int | None, source: str) -> list[str]:
     the runs removed (``keep_runs`` None: keep everything). Rows only: the freed pages are reused by later
     runs, so the file stops growing; ``gpuemu store prune`` also shrinks it."""
     if keep_runs is None or store.readonly or source not in RETAINING_SOURCES:
+        return []
+    # the count first: an API client finishes a run per check, and most of them have nothing to remove
+    if store.query("SELECT count(*) AS n FROM runs WHERE source = ?", (source,))[0]["n"] <= keep_runs:
         return []
     doomed, _ = _doomed_runs(store, keep_runs, source)
     if doomed:
