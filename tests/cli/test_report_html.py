@@ -27,15 +27,17 @@ from kit.workspace import write_ws
 from gpuemu_ls.engine.config.load import load_config
 from gpuemu_ls.engine.report.provenance import canonical_json, config_settings, git_state, sha256
 
-#: exception text from the user's world: markup that must arrive as text
+#: exception text from the user's world: markup that must arrive as text, and characters HTML text cannot hold
 HOSTILE = "<img src=x onerror=alert(1)> & </script><script>alert(2)</script>"
+#: as the op's source spells them (escapes), and as the page shows them
+CONTROLS = r"\x1b[31mred\x1b[0m bell\x07 nul\x00 c1\x9b lone \udcff"
 RAISES = f"""
 from ops import softmax
 
 
 def raises(x):
     if x.shape[-1] > 100:
-        raise ValueError({HOSTILE!r})
+        raise ValueError({HOSTILE!r} + " {CONTROLS}")
     return softmax(x)
 """
 DIMS = {"B": (1, 16, 4), "N": (1, 512, 64)}
@@ -116,6 +118,7 @@ def test_user_strings_arrive_as_text(run: Run) -> None:
     assert HOSTILE not in run.html  # never raw
     texts = ["".join(e.itertext()) for e in root.iter("span") if e.get("class") == "message"]
     assert any(HOSTILE in t for t in texts), "the exception text is shown, as text"
+    assert any(f"{HOSTILE} {CONTROLS}" in t for t in texts), "control characters and a lone surrogate as escapes"
     assert len(root.findall(".//script")) == 1
     assert all(img.get("src", "").startswith("data:image/svg+xml;base64,") for img in root.iter("img"))
     title = root.find(".//h1")

@@ -101,7 +101,7 @@ def _run_facts(doc: dict[str, Any]) -> str:
         ),
         ("date", prov.get("date") or _date(doc.get("created_at"))),
         ("provenance of", {"run": "the run", "report": "the workspace when this report was built"}.get(prov.get("of"))),
-        ("elapsed", f"{doc.get('elapsed')} s" if doc.get("elapsed") is not None else None),
+        ("elapsed", f"{doc['elapsed']:.2f} s" if isinstance(doc.get("elapsed"), (int, float)) else None),
         ("budget cuts", budget.get("line") or ("none" if budget else None)),
     ]
     rows = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in facts if v not in (None, ""))

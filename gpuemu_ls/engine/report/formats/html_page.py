@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import html
+import re
 
 STYLE = """
 :root { --fail: #d62728; --edge: #f08c00; --pass: #2b8a3e; --muted: #5f6b76; }
@@ -61,9 +62,20 @@ SCRIPT = """
 """
 
 
+#: Control characters (but tab, newline, carriage return) and noncharacters: parse errors in HTML text, shown
+#: as their escapes.
+_CONTROLS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ufdd0-\ufdef\ufffe\uffff]")
+
+
 def esc(value: object) -> str:
-    """Text from the user's world (op names, messages, file names) as HTML text or a quoted attribute value."""
-    return html.escape("" if value is None else str(value), quote=True)
+    """Text from the user's world (op names, messages, file names) as HTML text or a quoted attribute value:
+    markup escaped, control characters and lone surrogates (an exception's bytes) written as their escapes."""
+    text = "" if value is None else str(value)
+    text = _CONTROLS.sub(
+        lambda m: f"\\u{ord(m.group()):04x}" if ord(m.group()) > 0xFF else f"\\x{ord(m.group()):02x}", text
+    )
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return html.escape(text, quote=True)
 
 
 def _hash(text: str) -> str:

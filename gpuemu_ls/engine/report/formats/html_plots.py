@@ -95,7 +95,7 @@ def _dims_panel(ax: Any, cases: list[Case]) -> None:
             )
     for axis, dim in (("x", x), ("y", y)):
         values = [c.dims.get(dim, 0) for c in cases] if dim else []
-        (ax.xaxis if axis == "x" else ax.yaxis).get_major_locator().set_params(nbins=5)  # ticks cost at every draw
+        (ax.xaxis if axis == "x" else ax.yaxis).get_major_locator().set_params(nbins=4)  # ticks cost at every draw
         if values and min(values) > 0 and max(values) / min(values) >= 16:
             (ax.set_xscale if axis == "x" else ax.set_yscale)("log", base=2)
             # plain numbers: a log axis labels its ticks as mathtext ($2^{4}$), parsed at ~25 ms a label
@@ -133,7 +133,7 @@ def _ratio_panel(ax: Any, ratios: Sequence[float | None], title: str = "error / 
     if finite:
         ax.hist([math.log10(r) for r in finite], bins=30, color="#4c72b0")
     ax.axvline(0.0, color=COLOURS["failed"], linestyle="--", linewidth=1)
-    ax.locator_params(nbins=5)
+    ax.locator_params(nbins=4)  # each tick is two lines and a label, made and laid out at every draw
     ax.set_xlabel("log10(error / tolerance): right of the line fails")
     ax.set_ylabel("cases")
     extra = [f"{n} {what}" for n, what in ((zero, "exact"), (nonfinite, "non-finite")) if n]
@@ -145,6 +145,7 @@ def _map_panel(ax: Any, worst: dict[str, Any] | None, grid: list[list[float]] | 
     where = ((worst or {}).get("worst") or {}).get("index")
     if grid:
         ax.imshow(grid, cmap="Reds", vmin=0, vmax=1, aspect="auto", interpolation="nearest")
+        ax.locator_params(nbins=4)
         ax.set_xlabel("last axis (columns, binned); darker: more elements off (all: darkest)")
         ax.set_ylabel("rows (binned)")
     else:
@@ -164,6 +165,7 @@ def summary_figure(summary: dict[str, Any], op_ratios: list[float | None]) -> st
     left.barh(statuses, [summary[s] for s in statuses], color=[COLOURS[s] for s in statuses])
     for i, s in enumerate(statuses):
         left.text(summary[s], i, f" {summary[s]}", va="center", fontsize=8)
+    left.set_xlim(0, max([summary[s] for s in statuses], default=1) * 1.15)  # room for the counts
     left.invert_yaxis()
     left.set_title("ops and kernels by verdict", loc="left", y=TITLE_Y)
     _ratio_panel(right, op_ratios, "each op's largest error / tolerance")
