@@ -259,12 +259,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("attest", help="sign report files (HTML, JSON) with your key: an in-toto attestation")
     p.add_argument("files", nargs="+", metavar="FILE", help="the report files; one is the JSON results document")
-    p.add_argument("--key", metavar="PEM", help="private key file, Ed25519 or ECDSA (default: $GPUEMU_SIGNING_KEY)")
+    how = p.add_mutually_exclusive_group()
+    how.add_argument("--key", metavar="PEM", help="private key file, Ed25519 or ECDSA (default: $GPUEMU_SIGNING_KEY)")
+    how.add_argument("--keyless", action="store_true", help="Sigstore with the CI job's OIDC identity: R.sigstore.json")
     p.add_argument("--output", metavar="FILE", help="the attestation (default: <report>.intoto.jsonl beside it)")
 
     p = _command(sub, "verify", "check a signed report: signature, every digest, config; --replay re-runs it")
     p.add_argument("report", metavar="REPORT", help="R.intoto.jsonl, or a report file beside it")
-    p.add_argument("--key", required=True, metavar="PUB", help="the signer's public key (PEM)")
+    who = p.add_mutually_exclusive_group(required=True)
+    who.add_argument("--key", metavar="PUB", help="the signer's public key (PEM): R.intoto.jsonl")
+    who.add_argument("--identity", metavar="ID", help="the keyless signer's certificate identity: R.sigstore.json")
+    p.add_argument("--issuer", metavar="URL", help="its OIDC issuer (default: GitHub Actions')")
+    p.add_argument("--trusted-root", metavar="FILE", help="Sigstore trusted root (default: the one sigstore ships)")
     p.add_argument("--replay", action="store_true", help="re-run the recorded cases from the recorded commit")
     p.add_argument("--yes", action="store_true", help="--replay without asking: you trust the commit's code")
     p.add_argument("--format", choices=("text", "json"), default="text")
@@ -971,19 +977,21 @@ def cmd_attest(args: argparse.Namespace) -> int:
     from .engine.tools.attest.keys import load_signing_key
     from .engine.tools.attest.sign import attest
 
-    signed = attest([Path(f) for f in args.files], load_signing_key(args.key), args.output)
-    print(f"signed {', '.join(str(s['name']) for s in signed.subjects)} with key {signed.keyid} -> {signed.path}")
+    key = None if args.keyless else load_signing_key(args.key)
+    signed = attest([Path(f) for f in args.files], key, args.output)
+    print(f"signed {', '.join(str(s['name']) for s in signed.subjects)} with {signed.signer} -> {signed.path}")
     return EXIT_OK
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
     from .engine.tools.attest import AttestFailed
-    from .engine.tools.attest.check import check
+    from .engine.tools.attest.check import check, signer_of
 
     given = args.workspace or args.top_workspace
     workspace = workspace_root(args) if given else find_workspace(Path.cwd())
     try:
-        done = check(Path(args.report), args.key, workspace, replay=args.replay, confirm=lambda q: _trusted(q, args))
+        signer = signer_of(args.key, args.identity, args.issuer, args.trusted_root)
+        done = check(Path(args.report), signer, workspace, replay=args.replay, confirm=lambda q: _trusted(q, args))
     except AttestFailed as exc:
         if args.format == "json":
             print(json.dumps({"schema": 1, "verified": False, "reason": str(exc)}, indent=2))

@@ -7,8 +7,9 @@
 # GPUEMU_ACTION_SHARD (K/N|auto|empty), GPUEMU_ACTION_BASELINE, GPUEMU_ACTION_FAIL_ON_REGRESSION (true|false),
 # GPUEMU_ACTION_OUT (folder for the reports), GPUEMU_ACTION_REPORT (html: gpuemu.html too, from the same JSON),
 # GPUEMU_ACTION_REDACT (true: the HTML without absolute paths and host name), GPUEMU_ACTION_ATTEST (true: sign
-# the JSON and HTML into gpuemu.intoto.jsonl with the PEM key in GPUEMU_SIGNING_KEY); GitHub's GITHUB_OUTPUT and
-# GITHUB_STEP_SUMMARY when present.
+# the JSON and HTML into gpuemu.intoto.jsonl with the PEM key in GPUEMU_SIGNING_KEY, or without one keylessly
+# into gpuemu.sigstore.json where the job has an OIDC identity); GitHub's GITHUB_OUTPUT and GITHUB_STEP_SUMMARY
+# when present.
 set -uo pipefail
 
 ws="${GPUEMU_ACTION_PATH:-.}"
@@ -27,7 +28,7 @@ case "$report" in
 esac
 attest="${GPUEMU_ACTION_ATTEST:-false}"
 case "$attest" in
-  true) [[ -n "${GPUEMU_SIGNING_KEY:-}" ]] || { echo "gpuemu-ls action: attest: true signs with the PEM private key in GPUEMU_SIGNING_KEY: set it from a secret in the step's env" >&2; exit 2; } ;;
+  true) [[ -n "${GPUEMU_SIGNING_KEY:-}" || -n "${ACTIONS_ID_TOKEN_REQUEST_URL:-}" ]] || { echo "gpuemu-ls action: attest: true signs with the PEM private key in GPUEMU_SIGNING_KEY (set it from a secret in the step's env), or keyless with the job's OIDC identity (permissions: id-token: write)" >&2; exit 2; } ;;
   false) ;;
   *) echo "gpuemu-ls action: attest must be true or false, got '$attest'" >&2; exit 2 ;;
 esac
@@ -50,7 +51,8 @@ if [[ -s "$out/gpuemu.json" ]]; then
   fi
   if [[ "$attest" == true ]]; then  # the key comes from the environment and is never written
     signed=("$out/gpuemu.json"); [[ -s "$out/gpuemu.html" ]] && signed+=("$out/gpuemu.html")
-    gpuemu attest "${signed[@]}" || code=$((code > 0 ? code : 2))
+    keyless=(); [[ -z "${GPUEMU_SIGNING_KEY:-}" ]] && keyless=(--keyless)  # Sigstore: the job's OIDC identity
+    gpuemu attest "${signed[@]}" ${keyless[@]+"${keyless[@]}"} || code=$((code > 0 ? code : 2))
   fi
   [[ -n "${GITHUB_STEP_SUMMARY:-}" ]] && cat "$out/gpuemu.md" >> "$GITHUB_STEP_SUMMARY"
 else

@@ -8,12 +8,11 @@ import json
 from pathlib import Path
 
 import pytest
-from kit.attest import HTML, write_keypair
+from kit.attest import built_report, write_keypair
 from kit.workspace import write_ws
 
 from gpuemu_ls.engine.config.load import load_config
 from gpuemu_ls.engine.errors import UsageError
-from gpuemu_ls.engine.report.results import build_document, dumps
 from gpuemu_ls.engine.tools.attest import AttestFailed, dsse, statement
 from gpuemu_ls.engine.tools.attest.keys import KEY_ENV, PASSPHRASE_ENV, load_public_key, load_signing_key
 from gpuemu_ls.engine.tools.attest.sign import attest
@@ -28,9 +27,7 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("attest")
     ws = write_ws(root / "ws", TOML, {"ops.py": "def copy(x):\n    return x\n"})
     out = root / "out"
-    out.mkdir()
-    (out / "R.json").write_text(dumps(build_document(load_config(ws), None)), encoding="utf-8")
-    (out / "R.html").write_text(HTML, encoding="utf-8")
+    built_report(ws, out)
     private, public = write_keypair(root / "keys")
     _, other_public = write_keypair(root / "keys", name="other")
     return {"root": root, "ws": ws, "out": out, "key": private, "pub": public, "other": other_public}

@@ -65,6 +65,19 @@ def stored_report(workspace: Path, folder: Path, stem: str = "R") -> list[Path]:
     return [html_path, json_path]
 
 
+def built_report(workspace: Path, folder: Path, stem: str = "R") -> list[Path]:
+    """A results document of the workspace with no run (the real builder, provenance and all) and a stand-in
+    HTML in ``folder``: report files to sign where no run is needed."""
+    from gpuemu_ls.engine.config.load import load_config
+    from gpuemu_ls.engine.report.results import build_document, dumps
+
+    folder.mkdir(parents=True, exist_ok=True)
+    json_path, html_path = folder / f"{stem}.json", folder / f"{stem}.html"
+    json_path.write_text(dumps(build_document(load_config(workspace), None)), encoding="utf-8")
+    html_path.write_text(HTML, encoding="utf-8")
+    return [html_path, json_path]
+
+
 def sign(files: list[Path], key: Path) -> Path:
     """``files`` signed in this process with the private key file ``key``; the attestation's path."""
     from gpuemu_ls.engine.tools.attest.keys import load_signing_key

@@ -12,8 +12,9 @@ from ...._version import __version__
 from ...config.load import load_config
 from ...errors import UsageError
 from . import replay as replaying
+from .keyless import GITHUB_ISSUER, KeylessPolicy
 from .keys import load_public_key
-from .verify import Verified, describe, to_dict, verify
+from .verify import Signer, Verified, describe, to_dict, verify
 
 
 @dataclass
@@ -41,13 +42,27 @@ def trust_question(commit: str, repo: Path, ops: list[str]) -> str:
     )
 
 
-def check(report: Path, key: str, workspace: Path | None, *, replay: bool, confirm: Callable[[str], bool]) -> Outcome:
-    """Verify ``report`` with the public key file ``key``. Without ``replay`` the workspace (when there is one)
-    must hold the config the report records; with it, the recorded commit's config must, and ``confirm`` is
-    asked before any of its code runs."""
-    public = load_public_key(key)
+def signer_of(key: str | None, identity: str | None, issuer: str | None, trusted_root: str | None) -> Signer:
+    """Who must have signed: the public key file ``key``, or the keyless ``identity`` (``issuer``, GitHub
+    Actions' by default) under ``trusted_root`` (sigstore's shipped root by default)."""
+    if key:
+        if trusted_root or issuer:
+            raise UsageError("--issuer and --trusted-root are for keyless signatures (--identity), not --key")
+        return load_public_key(key)
+    if not identity:
+        raise UsageError("give --key PUB (a key's signature) or --identity ID (a keyless one)")
+    root = Path(trusted_root).expanduser() if trusted_root else None
+    return KeylessPolicy(identity, issuer or GITHUB_ISSUER, root)
+
+
+def check(
+    report: Path, signer: Signer, workspace: Path | None, *, replay: bool, confirm: Callable[[str], bool]
+) -> Outcome:
+    """Verify ``report`` as signed by ``signer``. Without ``replay`` the workspace (when there is one) must hold
+    the config the report records; with it, the recorded commit's config must, and ``confirm`` is asked before
+    any of its code runs."""
     config = load_config(workspace) if workspace is not None and not replay else None
-    done = verify(report, public, config)
+    done = verify(report, signer, config)
     lines = ["VERIFIED: the signature and every digest check out", *describe(done)]
     if not replay:
         return Outcome(done, None, lines)
@@ -63,4 +78,4 @@ def check(report: Path, key: str, workspace: Path | None, *, replay: bool, confi
     return Outcome(done, rep, lines + replaying.describe(rep, __version__, recorded))
 
 
-__all__ = ["Outcome", "check", "trust_question"]
+__all__ = ["Outcome", "check", "signer_of", "trust_question"]

@@ -11,6 +11,7 @@ from ...errors import UsageError
 from ...replace_file import replace_file
 from . import statement
 from .dsse import PAYLOAD_TYPE, Envelope, pae
+from .keyless import BUNDLE_SUFFIX, sign_keyless
 from .keys import SigningKey
 
 SUFFIX = ".intoto.jsonl"
@@ -19,12 +20,12 @@ SUFFIX = ".intoto.jsonl"
 @dataclass(frozen=True)
 class Signed:
     path: Path
-    keyid: str
+    signer: str  # the key id, or the keyless certificate
     subjects: list[dict[str, object]]
 
 
-def envelope_path(files: list[Path], output: str | None) -> Path:
-    """``--output``, else ``<stem>.intoto.jsonl`` of the results JSON's stem; always in the report's folder,
+def envelope_path(files: list[Path], output: str | None, suffix: str = SUFFIX) -> Path:
+    """``--output``, else ``<stem><suffix>`` of the results JSON's stem; always in the report's folder,
     where a verifier looks for the files the attestation names."""
     folders = {f.resolve().parent for f in files}
     if len(folders) != 1:
@@ -34,29 +35,34 @@ def envelope_path(files: list[Path], output: str | None) -> Path:
         out = Path(output).expanduser()
         if out.resolve().parent != folder:
             raise UsageError(f"--output must be in {folder}, beside the report files it names")
-        if not out.name.endswith(SUFFIX):
-            raise UsageError(f"--output {output}: an attestation file ends in {SUFFIX}")
+        if not out.name.endswith(suffix):
+            raise UsageError(f"--output {output}: this attestation's file name ends in {suffix}")
         return out
     stem = next((f for f in files if f.suffix == ".json"), files[0]).stem
-    return folder / f"{stem}{SUFFIX}"
+    return folder / f"{stem}{suffix}"
 
 
-def attest(files: list[Path], key: SigningKey, output: str | None = None) -> Signed:
-    """Sign the statement over ``files`` and write its envelope atomically (a failed write leaves none)."""
+def attest(files: list[Path], key: SigningKey | None, output: str | None = None) -> Signed:
+    """Sign the statement over ``files`` with ``key`` (None: keyless, through Sigstore) and write the envelope
+    (``.intoto.jsonl``) or bundle (``.sigstore.json``) atomically: a failed write leaves none."""
     if not files:
         raise UsageError("no report files given")
-    out = envelope_path(files, output)
+    out = envelope_path(files, output, SUFFIX if key is not None else BUNDLE_SUFFIX)
     if out.resolve() in {f.resolve() for f in files}:
         raise UsageError(f"{out} is one of the report files")
     body = statement.build(files)
     payload = json.dumps(body, separators=(",", ":"), sort_keys=True).encode()
-    sig = base64.b64encode(key.sign(pae(PAYLOAD_TYPE, payload))).decode()
-    env = Envelope(PAYLOAD_TYPE, payload, [{"keyid": key.keyid, "sig": sig}])
+    if key is None:
+        text, signer = sign_keyless(payload), "a Sigstore certificate of this job's identity"
+    else:
+        sig = base64.b64encode(key.sign(pae(PAYLOAD_TYPE, payload))).decode()
+        text = Envelope(PAYLOAD_TYPE, payload, [{"keyid": key.keyid, "sig": sig}]).to_json()
+        signer = f"key {key.keyid}"
     try:
-        replace_file(out, env.to_json() + "\n")
+        replace_file(out, text + "\n")
     except OSError as exc:
         raise UsageError(f"cannot write {out}: {exc.strerror or exc}") from None
-    return Signed(out, key.keyid, body["subject"])
+    return Signed(out, signer, body["subject"])
 
 
 __all__ = ["SUFFIX", "Signed", "attest", "envelope_path"]

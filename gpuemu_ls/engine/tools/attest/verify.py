@@ -13,6 +13,7 @@ from ...config.model import Config
 from ...errors import UsageError
 from ...safe_read import read_text
 from . import AttestFailed, dsse, statement
+from .keyless import BUNDLE_SUFFIX, KeylessPolicy, verify_bundle
 from .keys import PublicKey
 from .sign import SUFFIX
 
@@ -25,10 +26,12 @@ class Verified:
     """What a passing verification established."""
 
     envelope: Path
-    keyid: str
+    signer: str  # "key sha256:..." or the keyless certificate's identity and issuer
     subjects: list[tuple[str, str]]
     document: dict[str, Any]
     config: list[str] = field(default_factory=list)  # how the recorded config compares with this workspace's
+    keyid: str | None = None
+    times: list[tuple[str, datetime.datetime]] = field(default_factory=list)  # verified: (what backs it, when)
 
     @property
     def provenance(self) -> dict[str, Any]:
@@ -36,9 +39,15 @@ class Verified:
         return prov if isinstance(prov, dict) else {}
 
 
-def envelope_of(report: Path) -> Path:
-    """The attestation a path names: itself (``R.intoto.jsonl``), or the one beside a report file."""
-    found = report if report.name.endswith(SUFFIX) else report.with_name(report.stem + SUFFIX)
+#: who must have signed: a public key, or a keyless identity under a trusted root
+Signer = PublicKey | KeylessPolicy
+
+
+def envelope_of(report: Path, suffix: str = SUFFIX) -> Path:
+    """The attestation a path names: itself (``R.intoto.jsonl``, ``R.sigstore.json``), or the one with
+    ``suffix`` beside a report file."""
+    named = report.name.endswith((SUFFIX, BUNDLE_SUFFIX))
+    found = report if named else report.with_name(report.stem + suffix)
     if not found.is_file():
         raise UsageError(f"{found}: no such attestation (gpuemu attest writes it beside the report)")
     return found
@@ -99,18 +108,28 @@ def compare_config(doc: dict[str, Any], config: Config) -> list[str]:
     return [f"config: matches {config.path} (gpuemu.toml and resolved settings)"]
 
 
-def verify(report: Path, key: PublicKey, config: Config | None = None) -> Verified:
-    """Verify the attestation of ``report`` with ``key`` (and against ``config`` when in a workspace)."""
-    path = envelope_of(report)
+def verify(report: Path, signer: Signer, config: Config | None = None) -> Verified:
+    """Verify the attestation of ``report`` as signed by ``signer`` (and against ``config`` in a workspace)."""
+    keyless = isinstance(signer, KeylessPolicy)
+    path = envelope_of(report, BUNDLE_SUFFIX if keyless else SUFFIX)
     try:
         text = read_text(path, limit=MAX_ENVELOPE_BYTES, errors="replace")
     except OSError as exc:
         raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
-    env = dsse.parse(text)
-    keyid = _signed_by(env, key)
-    st = statement.parse(env.payload)
+    if isinstance(signer, KeylessPolicy):
+        if path.name.endswith(SUFFIX):
+            raise UsageError(f"{path.name} is signed with a key: verify it with --key PUB, not --identity")
+        got = verify_bundle(text, signer)
+        payload, who, keyid, times = got.payload, f"{got.identity} (issuer {got.issuer})", None, got.times
+    else:
+        if path.name.endswith(BUNDLE_SUFFIX):
+            raise UsageError(f"{path.name} is a keyless Sigstore bundle: verify it with --identity ID, not --key")
+        env = dsse.parse(text)
+        keyid = _signed_by(env, signer)
+        payload, who, times = env.payload, f"key {keyid}", []
+    st = statement.parse(payload)
     _check_subjects(path.resolve().parent, st)
-    done = Verified(path, keyid, st.subjects, st.predicate)
+    done = Verified(path, who, st.subjects, st.predicate, keyid=keyid, times=times)
     if config is not None:
         done.config = compare_config(st.predicate, config)
     return done
@@ -137,10 +156,22 @@ def describe(v: Verified) -> list[str]:
     else:
         commit = "not recorded" if not prov else "not recorded (not a git checkout)"
     of = {"run": "when the run ended", "report": "when the report was built from the store"}.get(prov.get("of"))
-    when = _date(prov.get("date")) or _date(doc.get("created_at")) or "not recorded"
+    claimed = _date(prov.get("date")) or _date(doc.get("created_at")) or "not recorded"
+    if v.keyid:
+        who = f"signed by: key {v.keyid} (the holder of the private key; no identity beyond it)"
+    else:
+        who = f"signed by: {v.signer}, a Sigstore certificate checked against the trusted root"
+    when = [
+        f"when: {t.isoformat(timespec='seconds')} (recorded by {src}: the signature existed then)" for src, t in v.times
+    ]
+    when.append(
+        f"report date: {claimed} (the signer's claim)"
+        if v.times
+        else f"when: {claimed} (the signer's claim: no timestamp authority or transparency log backs it)"
+    )
     summary = doc.get("summary") or {}
     lines = [
-        f"signed by: key {v.keyid} (the holder of the private key; no identity beyond it)",
+        who,
         "subjects: " + ", ".join(f"{n} sha256 {d[:16]}..." for n, d in v.subjects) + " (every digest matches)",
         f"results: {doc.get('status')} ({summary.get('ops', 0)} ops, {summary.get('kernels', 0)} kernels), "
         f"exit code {doc.get('exit_code')}, gpuemu-ls {(doc.get('tool') or {}).get('version', '?')}",
@@ -148,7 +179,7 @@ def describe(v: Verified) -> list[str]:
         f"config: gpuemu.toml sha256 {_short(prov.get('toml_sha256'))}, "
         f"resolved settings sha256 {_short(prov.get('config_sha256'))}",
         *v.config,
-        f"when: {when} (the signer's claim: no timestamp authority or transparency log backs it)",
+        *when,
     ]
     if of:
         lines.append(f"provenance: recorded {of}")
@@ -164,14 +195,15 @@ def to_dict(v: Verified) -> dict[str, Any]:
         "schema": 1,
         "verified": True,
         "attestation": str(v.envelope),
+        "signer": v.signer,
         "keyid": v.keyid,
         "subjects": [{"name": n, "sha256": d} for n, d in v.subjects],
         "status": v.document.get("status"),
         "provenance": json.loads(json.dumps(v.provenance)),
-        "when_backed_by": None,
+        "when_backed_by": [{"by": src, "time": t.isoformat()} for src, t in v.times] or None,
         "config": v.config,
         "facts": describe(v),
     }
 
 
-__all__ = ["Verified", "compare_config", "describe", "envelope_of", "to_dict", "verify"]
+__all__ = ["Signer", "Verified", "compare_config", "describe", "envelope_of", "to_dict", "verify"]
