@@ -13,7 +13,7 @@ from ..session.watcher import FileWatcher
 from . import Server
 from .hover_request import document_hover
 from .params import request_path, toml_document
-from .toml_completion import TRIGGER_CHARACTERS, toml_completions
+from .toml_completion import TRIGGER_CHARACTERS, toml_completion_list
 from .toml_definition import toml_definition
 from .toml_symbols import flat_symbols, toml_symbols
 
@@ -29,8 +29,7 @@ def register_optional_features(ls: Server) -> None:
             got = toml_document(ls_, params.text_document.uri)
             if got is None:
                 return None
-            items = toml_completions(got[0], params.position.line, params.position.character, got[1])
-            return lsp.CompletionList(is_incomplete=False, items=items)
+            return toml_completion_list(got[0], params.position.line, params.position.character, got[1])
 
     if ls.supports("text_document", "definition"):
 

@@ -10,6 +10,7 @@ text edit over what was typed, so ``:``, ``.`` and ``/`` inside a value do not s
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from lsprotocol import types as lsp
@@ -30,21 +31,51 @@ from .toml_context import HEADER, Spot, analyze, enclosing_header, split_key
 TRIGGER_CHARACTERS = ['"', "[", ".", ":", "/"]
 #: Folders never searched for modules and scripts (environments, caches, gpuemu's own state).
 SKIP_DIRS = {".git", ".venv", "venv", "node_modules", "__pycache__", ".gpuemu", ".tox", "build", "dist", ".mypy_cache"}
+#: Files whose names a completion offers at most: past it, only those matching what was typed, and the list
+#: says it is incomplete (the editor asks again as the user types), never a silent cut.
 MAX_FILES = 2000
+#: Files looked at for one completion at most (a workspace opened at a home folder must not walk it all).
+MAX_WALK = 100_000
 MAX_DEPTH = 6
 
 
 def toml_completions(text: str, line: int, character: int, root: Path) -> list[lsp.CompletionItem]:
     """The completion items at a position of a gpuemu.toml buffer of the workspace at ``root``."""
+    return toml_completion_list(text, line, character, root).items
+
+
+def toml_completion_list(text: str, line: int, character: int, root: Path) -> lsp.CompletionList:
+    """The completion list at a position: incomplete where a workspace has more matching files than
+    :data:`MAX_FILES` (the list then holds those matching what is typed, and the editor asks again)."""
     spot = analyze(text, line, character)
     cursor = lsp.Position(line, character)
     if spot.kind == "header":
-        return _headers(text, line, character)
+        return lsp.CompletionList(is_incomplete=False, items=_headers(text, line, character))
     if spot.kind == "key":
-        return _keys(spot, text, cursor)
+        return lsp.CompletionList(is_incomplete=False, items=_keys(spot, text, cursor))
     if spot.kind == "value":
-        return _values(spot, cursor, root)
-    return []
+        found = _Found(spot.prefix.lstrip('"'))
+        items = _values(spot, cursor, root, found)
+        return lsp.CompletionList(is_incomplete=found.incomplete, items=items)
+    return lsp.CompletionList(is_incomplete=False, items=[])
+
+
+class _Found:
+    """Which workspace files a value completion offers: all of them up to :data:`MAX_FILES`; past that, those
+    whose name (module or path) contains what is typed, and the list is marked incomplete."""
+
+    def __init__(self, typed: str) -> None:
+        self.typed = typed.split(":", 1)[0]  # a module's part: the functions of a matching file all come
+        self.incomplete = False
+
+    def files(self, root: Path, suffixes: tuple[str, ...], name: Callable[[Path], str]) -> list[Path]:
+        every = workspace_files(root, suffixes, limit=MAX_WALK)
+        if len(every) >= MAX_WALK:
+            self.incomplete = True
+        if len(every) <= MAX_FILES:
+            return every
+        self.incomplete = True
+        return [f for f in every if self.typed in name(f)][:MAX_FILES]
 
 
 def _edit(spot: Spot, cursor: lsp.Position, new_text: str) -> lsp.TextEdit:
@@ -126,7 +157,7 @@ def _headers(text: str, line: int, character: int) -> list[lsp.CompletionItem]:
     return items
 
 
-def _values(spot: Spot, cursor: lsp.Position, root: Path) -> list[lsp.CompletionItem]:
+def _values(spot: Spot, cursor: lsp.Position, root: Path, found: _Found | None = None) -> list[lsp.CompletionItem]:
     table, key = spot.schema, spot.key
     if table is None:
         return []
@@ -143,15 +174,15 @@ def _values(spot: Spot, cursor: lsp.Position, root: Path) -> list[lsp.Completion
             for v in ("true", "false")
         ]
     elif table == ("ops",) and key == "module":
-        candidates = _functions(root)
+        candidates = _functions(root, found)
     elif table == ("ops",) and key == "reference":
-        candidates = _functions(root) + _files(root, (".py",))
+        candidates = _functions(root, found) + _files(root, (".py",), found)
     elif table == ("ops",) and key == "op_script":
-        candidates = _files(root, (".py",))
+        candidates = _files(root, (".py",), found)
     elif table == ("kernels",) and key == "source":
-        candidates = _files(root, (".cu", ".cuh"))
+        candidates = _files(root, (".cu", ".cuh"), found)
     elif table == ("kernels",) and key == "reference":
-        candidates = _files(root, (".py",))
+        candidates = _files(root, (".py",), found)
     items = []
     for i, (value, detail, kind, doc) in enumerate(candidates):
         new = value if spot.in_string else f'"{value}"'
@@ -169,17 +200,18 @@ def _values(spot: Spot, cursor: lsp.Position, root: Path) -> list[lsp.Completion
     return items
 
 
-def workspace_files(root: Path, suffixes: tuple[str, ...]) -> list[Path]:
-    """The workspace's files with these suffixes, shallow first, skipping environments and caches."""
+def workspace_files(root: Path, suffixes: tuple[str, ...], *, limit: int = MAX_FILES) -> list[Path]:
+    """The workspace's files with these suffixes, shallow first, skipping environments and caches; at most
+    ``limit`` (a caller that gets ``limit`` files cannot tell whether there were more)."""
     found: list[Path] = []
     root = root.resolve()
     for folder, dirs, files in os.walk(root):
         depth = len(Path(folder).relative_to(root).parts)
         dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.startswith(".") and depth < MAX_DEPTH)
         found += [Path(folder) / f for f in sorted(files) if f.endswith(suffixes)]
-        if len(found) >= MAX_FILES:
+        if len(found) >= limit:
             break
-    return found[:MAX_FILES]
+    return found[:limit]
 
 
 def module_name(root: Path, file: Path) -> str:
@@ -190,9 +222,10 @@ def module_name(root: Path, file: Path) -> str:
     return ".".join(parts)
 
 
-def _functions(root: Path) -> list[tuple[str, str, lsp.CompletionItemKind, str]]:
+def _functions(root: Path, found: _Found | None = None) -> list[tuple[str, str, lsp.CompletionItemKind, str]]:
     out = []
-    for file in workspace_files(root, (".py",)):
+    files = (found or _Found("")).files(root, (".py",), lambda f: module_name(root, f))
+    for file in files:
         mod = module_name(root, file)
         if not mod or not all(p.isidentifier() for p in mod.split(".")):
             continue  # not importable under that name
@@ -202,9 +235,9 @@ def _functions(root: Path) -> list[tuple[str, str, lsp.CompletionItemKind, str]]
     return out
 
 
-def _files(root: Path, suffixes: tuple[str, ...]) -> list[tuple[str, str, lsp.CompletionItemKind, str]]:
+def _files(
+    root: Path, suffixes: tuple[str, ...], found: _Found | None = None
+) -> list[tuple[str, str, lsp.CompletionItemKind, str]]:
     base = root.resolve()
-    return [
-        (f.relative_to(base).as_posix(), "file", lsp.CompletionItemKind.File, "")
-        for f in workspace_files(root, suffixes)
-    ]
+    files = (found or _Found("")).files(root, suffixes, lambda f: f.relative_to(base).as_posix())
+    return [(f.relative_to(base).as_posix(), "file", lsp.CompletionItemKind.File, "") for f in files]

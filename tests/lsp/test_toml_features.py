@@ -202,3 +202,37 @@ def test_every_key_the_checker_accepts_is_documented() -> None:
         assert values, key
         if section is not None:
             assert set(keydocs.VALUE_DOCS[section]) == set(values), (key, section)
+
+
+def test_completion_past_the_file_cap_says_it_is_incomplete_and_narrows_by_what_is_typed(tmp_path: Path) -> None:
+    """Issue 31: `module = "` completion over a tree of more .py files than it lists (2,000) used to stop there
+    silently: a module past the cap could never be completed. Now the list says it is incomplete, so the editor
+    asks again as the user types, and holds the files matching what is typed."""
+    from gpuemu_ls.features.toml_completion import MAX_FILES, toml_completion_list
+
+    (tmp_path / "gpuemu.toml").write_text("")
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    for i in range(MAX_FILES + 100):
+        (pkg / f"m{i:04d}.py").write_text("def f(x):\n    return x\n")
+    (tmp_path / "zz").mkdir()
+    (tmp_path / "zz" / "target_kernel.py").write_text("def wanted(x):\n    return x\n")  # walked last
+    head = '[[ops]]\nname = "o"\nmodule = "'
+
+    def complete(typed: str) -> lsp.CompletionList:
+        text = head + typed
+        return toml_completion_list(text, 2, len(text.split("\n")[2]), tmp_path)
+
+    everything = complete("")
+    labels = {i.label for i in everything.items}
+    assert everything.is_incomplete and len(labels) <= MAX_FILES and "zz.target_kernel:wanted" not in labels
+    narrowed = complete("zz.tar")
+    assert narrowed.is_incomplete and [i.label for i in narrowed.items] == ["zz.target_kernel:wanted"]
+    paths = toml_completion_list('[[kernels]]\nname = "k"\nsource = "zz/', 2, len('source = "zz/'), tmp_path)
+    assert not paths.is_incomplete and paths.items == []  # no .cu files: nothing cut, nothing to offer
+    small = tmp_path / "small"
+    small.mkdir()
+    (small / "ops.py").write_text("def op(x):\n    return x\n")
+    text = head
+    got = toml_completion_list(text, 2, len(text.split("\n")[2]), small)
+    assert not got.is_incomplete and [i.label for i in got.items] == ["ops:op"]
