@@ -172,6 +172,19 @@ def test_a_wrong_key_is_refused(signed: Path, base: dict[str, Path]) -> None:
         verify(signed / "R.json", other)
 
 
+def test_other_user_defaults_over_the_same_gpuemu_toml_are_said_not_refused(
+    signed: Path, base: dict[str, Path], tmp_path: Path
+) -> None:
+    """The verifier's own ~/.config/gpuemu defaults change the resolved settings, not the report's config."""
+    user = tmp_path / "user.toml"
+    user.write_text("[validation]\nseed = 99\n", encoding="utf-8")
+    done = verify(signed / "R.json", load_public_key(str(base["pub"])), load_config(base["ws"], user_config=user))
+    assert (
+        done.config[0].startswith("config: the same gpuemu.toml as")
+        and "resolved settings differ here" in done.config[0]
+    )
+
+
 def test_a_report_from_another_config_is_refused(signed: Path, base: dict[str, Path], tmp_path: Path) -> None:
     changed = write_ws(tmp_path / "ws", TOML + "\n[validation]\nseed = 7\n", {"ops.py": "def copy(x):\n    return x\n"})
     with pytest.raises(AttestFailed, match=r"the report is from another config: its gpuemu\.toml had sha256"):

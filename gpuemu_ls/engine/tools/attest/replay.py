@@ -120,7 +120,7 @@ def recorded_cases(doc: dict[str, Any]) -> tuple[dict[str, dict[str, Any]], list
     return plans, notes
 
 
-def _judge(op: str, seed: int, recorded: str | None, got: dict[str, Any] | None, dirty: bool) -> CaseVerdict:
+def judge(op: str, seed: int, recorded: str | None, got: dict[str, Any] | None, dirty: bool) -> CaseVerdict:
     if recorded is None:
         return CaseVerdict(op, seed, "not listed", None, NOT_HERE, "the report lists only its first failures")
     if got is None:
@@ -183,7 +183,7 @@ def replay(doc: dict[str, Any], repo: Path, folder: str) -> Replay:
         got_op = answer["ops"].get(name) or {"error": "not run", "cases": []}
         by_seed = {int(c["seed"]): c for c in got_op["cases"]}
         for seed in p["seeds"]:
-            v = _judge(name, seed, p["recorded"][seed], by_seed.get(seed), dirty)
+            v = judge(name, seed, p["recorded"][seed], by_seed.get(seed), dirty)
             if seed not in by_seed and got_op.get("error"):
                 v = CaseVerdict(name, seed, v.recorded, None, NOT_HERE, str(got_op["error"]))
             out.cases.append(v)

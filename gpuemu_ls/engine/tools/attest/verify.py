@@ -101,10 +101,16 @@ def compare_config(doc: dict[str, Any], config: Config) -> list[str]:
         )
     here_cfg = statement.sha256(canonical_json(config_settings(config)))
     if recorded_cfg and recorded_cfg != here_cfg:
-        raise AttestFailed(
-            f"the report is from another config: its resolved settings hash {recorded_cfg[:16]}..., "
-            f"{config.path} resolves to {here_cfg[:16]}... (user defaults or the tool version differ)"
-        )
+        if not recorded_toml:  # the resolved settings are all the report says of its config
+            raise AttestFailed(
+                f"the report is from another config: its resolved settings hash {recorded_cfg[:16]}..., "
+                f"{config.path} resolves to {here_cfg[:16]}..."
+            )
+        # the same gpuemu.toml read over other user defaults (~/.config/gpuemu) or by another gpuemu version
+        return [
+            f"config: the same gpuemu.toml as {config.path}; its resolved settings differ here "
+            f"({here_cfg[:16]}..., recorded {recorded_cfg[:16]}...: user defaults or the gpuemu version)"
+        ]
     return [f"config: matches {config.path} (gpuemu.toml and resolved settings)"]
 
 
