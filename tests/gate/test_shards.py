@@ -74,6 +74,9 @@ def test_merge_gives_the_unsharded_verdict(shards: Path) -> None:
     assert merged["summary"] == whole["summary"]
     assert (merged["status"], merged["exit_code"]) == (whole["status"], whole["exit_code"])
     assert merged["shard"] is None and sorted(merged["merged_from"]) == [f"{k}/{N}" for k in range(1, N + 1)]
+    # each shard's provenance (its machine, checkout and date) is kept; the first shard's is the document's own
+    assert merged["shard_provenance"] == [_doc(shards, f)["provenance"] for f in files]
+    assert merged["provenance"] == merged["shard_provenance"][0]
     # the order of the shard files does not matter
     again = gpuemu("report", "--merge", *reversed(files), "--format", "json", cwd=shards)
     assert _verdicts(jdoc(again)) == _verdicts(whole)

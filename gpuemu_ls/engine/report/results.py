@@ -405,6 +405,9 @@ def merge_documents(docs: list[dict[str, Any]]) -> dict[str, Any]:
     base["regressions"] = sorted(regs.values(), key=lambda r: (r["kind"], r["name"]))
     base["shard"] = None
     base["merged_from"] = [d.get("shard") for d in docs]
+    # each shard ran on its own machine, maybe from its own checkout: the merged document keeps the first shard's
+    # provenance as its own and every shard's beside it
+    base["shard_provenance"] = [d.get("provenance") for d in docs]
     base["elapsed"] = max(d.get("elapsed", 0.0) for d in docs)
     base["fail_on_regression"] = any(d.get("fail_on_regression") for d in docs)
     entries = base["ops"] + base["kernels"]
