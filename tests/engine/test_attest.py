@@ -189,3 +189,38 @@ def test_a_report_from_another_config_is_refused(signed: Path, base: dict[str, P
     changed = write_ws(tmp_path / "ws", TOML + "\n[validation]\nseed = 7\n", {"ops.py": "def copy(x):\n    return x\n"})
     with pytest.raises(AttestFailed, match=r"the report is from another config: its gpuemu\.toml had sha256"):
         verify(signed / "R.json", load_public_key(str(base["pub"])), load_config(changed))
+
+
+def _shapes(value: object, at: tuple = ()) -> list[tuple]:
+    """Every path into a JSON value (dict keys and list indices)."""
+    out = [at] if at else []
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for k, v in items:
+        out += _shapes(v, (*at, k))
+    return out
+
+
+def test_no_signed_statement_shape_crashes_verification(signed: Path, base: dict[str, Path]) -> None:
+    """Seeded: 120 statements with one field of another JSON type (or a path-like name), each signed with the
+    real key, are verified or refused: never an exception of another kind (a subject of `true` was a TypeError)."""
+    import copy
+    import random
+
+    body = statement.build([signed / "R.html", signed / "R.json"])
+    paths = _shapes({k: v for k, v in body.items() if k != "predicate"})
+    paths += [("predicate",), ("predicate", "provenance"), ("predicate", "ops")]
+    values = [None, 0, 1.5, "", [], {}, [1], {"a": 1}, True, "../R.json", "R.json", "a\x00b", "a\\b"]
+    rng, outcomes, public = random.Random(0), set(), load_public_key(str(base["pub"]))
+    for _ in range(120):
+        edited, path = copy.deepcopy(body), rng.choice(paths)
+        place = edited
+        for k in path[:-1]:
+            place = place[k]
+        place[path[-1]] = rng.choice(values)
+        _resign(signed, base["key"], lambda b, e=edited: (b.clear(), b.update(e)))
+        try:
+            verify(signed / "R.json", public)
+            outcomes.add("verified")
+        except AttestFailed:
+            outcomes.add("refused")
+    assert "refused" in outcomes

@@ -87,8 +87,12 @@ def verify_bundle(text: str, policy: KeylessPolicy) -> KeylessSigned:
     try:
         kind, payload = verifier.verify_dsse(bundle, Identity(identity=policy.identity, issuer=policy.issuer))
         verified = verifier._establish_time(bundle)  # the times verification just checked the chain at
-    except SigstoreError as exc:
-        why = str(exc).splitlines()[0][:300]
+    except Exception as exc:  # sigstore's VerificationError, or what malformed material raises on its way there
+        why = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
+        if not isinstance(exc, SigstoreError):
+            raise AttestFailed(
+                f"the Sigstore bundle does not verify: malformed ({type(exc).__name__}: {why})"
+            ) from None
         if "SAN" in why or "issuer" in why.lower() or "extension" in why.lower():
             raise AttestFailed(
                 f"not signed by {policy.identity} (issuer {policy.issuer}): the certificate names "

@@ -81,11 +81,16 @@ def parse(payload: bytes) -> Statement:
         raise AttestFailed(f"the signed payload is not an in-toto Statement ({STATEMENT_TYPE})")
     if raw.get("predicateType") != PREDICATE_TYPE:
         raise AttestFailed(f"predicateType {raw.get('predicateType')!r} is not a gpuemu report ({PREDICATE_TYPE})")
+    listed = raw.get("subject")
+    if not isinstance(listed, list):
+        raise AttestFailed("the statement's subject is not a list")
     subjects = []
-    for s in raw.get("subject") or []:
-        digest = (s.get("digest") or {}).get("sha256") if isinstance(s, dict) else None
+    for s in listed:
+        digests = s.get("digest") if isinstance(s, dict) else None
+        digest = digests.get("sha256") if isinstance(digests, dict) else None
         name = s.get("name") if isinstance(s, dict) else None
-        if not isinstance(name, str) or not isinstance(digest, str) or "/" in name or name in ("", ".", ".."):
+        plain = isinstance(name, str) and name not in ("", ".", "..") and not any(c in name for c in "/\\\0")
+        if not plain or not isinstance(digest, str):
             raise AttestFailed("a subject without a plain file name and a sha256 digest")
         subjects.append((name, digest))
     if not subjects:
