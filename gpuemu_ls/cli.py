@@ -265,7 +265,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", metavar="FILE", help="the attestation (default: <report>.intoto.jsonl beside it)")
 
     p = _command(sub, "verify", "check a signed report: signature, every digest, config; --replay re-runs it")
-    p.add_argument("report", metavar="REPORT", help="R.intoto.jsonl, or a report file beside it")
+    p.add_argument("report", metavar="REPORT", help="R.intoto.jsonl or R.sigstore.json, or a report file beside it")
     who = p.add_mutually_exclusive_group(required=True)
     who.add_argument("--key", metavar="PUB", help="the signer's public key (PEM): R.intoto.jsonl")
     who.add_argument("--identity", metavar="ID", help="the keyless signer's certificate identity: R.sigstore.json")

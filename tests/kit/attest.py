@@ -1,12 +1,11 @@
-"""Signing keys made with ``cryptography`` (real keys, written outside any workspace) and a workspace's stored
-results turned into signed report files with the real CLI, for the attest/verify suites."""
+"""Signing keys made with ``cryptography`` (real keys, written outside any workspace), report files built from a
+workspace (its stored results, or a document with no run) and signed in process, for the attest/verify suites;
+the suites run ``gpuemu attest`` and ``gpuemu verify`` themselves where the command is under test."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
-
-from .cli import gpuemu, out
+from typing import Any
 
 #: a stand-in HTML report until a test renders the real one (any bytes are a subject)
 HTML = "<!doctype html><title>gpuemu report</title><p>stand-in</p>\n"
@@ -35,46 +34,34 @@ def write_keypair(
     return private, public
 
 
-def report_files(workspace: Path, folder: Path, stem: str = "R", *, html: bool = False) -> list[Path]:
-    """``gpuemu report --format json`` of the workspace's stored results in ``folder``, and beside it the real
-    ``--format html`` page (``html``) or a stand-in HTML."""
-    folder.mkdir(parents=True, exist_ok=True)
-    json_path, html_path = folder / f"{stem}.json", folder / f"{stem}.html"
-    done = gpuemu("report", "--format", "json", "--output", str(json_path), cwd=workspace)
-    assert json_path.is_file(), out(done)
-    if html:
-        done = gpuemu("report", "--format", "html", "--output", str(html_path), cwd=workspace)
-        assert html_path.is_file(), out(done)
-    else:
-        html_path.write_text(HTML, encoding="utf-8")
-    return [html_path, json_path]
-
-
-def stored_report(workspace: Path, folder: Path, stem: str = "R") -> list[Path]:
-    """What ``report_files`` writes, built in this process (the same builder ``gpuemu report`` calls): cheaper
-    where the report command itself is not under test."""
+def stored_report(workspace: Path, folder: Path, stem: str = "R", *, html: bool = False) -> list[Path]:
+    """What ``gpuemu report --format json`` (and ``--format html`` with ``html``, else a stand-in page) writes of
+    the workspace's stored results, built in this process by the same builder and renderer."""
     from gpuemu_ls.engine.config.load import load_config
-    from gpuemu_ls.engine.report.results import document_from_store, dumps
+    from gpuemu_ls.engine.report.results import document_from_store
     from gpuemu_ls.engine.store.db import Store
 
     cfg = load_config(workspace)
-    folder.mkdir(parents=True, exist_ok=True)
-    json_path, html_path = folder / f"{stem}.json", folder / f"{stem}.html"
-    json_path.write_text(dumps(document_from_store(cfg, Store.for_workspace(cfg.root, readonly=True))), "utf-8")
-    html_path.write_text(HTML, encoding="utf-8")
-    return [html_path, json_path]
+    return _write(document_from_store(cfg, Store.for_workspace(cfg.root, readonly=True)), folder, stem, html)
 
 
 def built_report(workspace: Path, folder: Path, stem: str = "R") -> list[Path]:
     """A results document of the workspace with no run (the real builder, provenance and all) and a stand-in
     HTML in ``folder``: report files to sign where no run is needed."""
     from gpuemu_ls.engine.config.load import load_config
-    from gpuemu_ls.engine.report.results import build_document, dumps
+    from gpuemu_ls.engine.report.results import build_document
+
+    return _write(build_document(load_config(workspace), None), folder, stem, html=False)
+
+
+def _write(doc: dict[str, Any], folder: Path, stem: str, html: bool) -> list[Path]:
+    from gpuemu_ls.engine.report.formats import render
+    from gpuemu_ls.engine.report.results import dumps
 
     folder.mkdir(parents=True, exist_ok=True)
     json_path, html_path = folder / f"{stem}.json", folder / f"{stem}.html"
-    json_path.write_text(dumps(build_document(load_config(workspace), None)), encoding="utf-8")
-    html_path.write_text(HTML, encoding="utf-8")
+    json_path.write_text(dumps(doc), encoding="utf-8")
+    html_path.write_text(render(doc, "html") if html else HTML, encoding="utf-8")
     return [html_path, json_path]
 
 
@@ -84,10 +71,3 @@ def sign(files: list[Path], key: Path) -> Path:
     from gpuemu_ls.engine.tools.attest.sign import attest as attest_files
 
     return attest_files(files, load_signing_key(str(key))).path
-
-
-def attest(files: list[Path], key: Path, cwd: Path) -> subprocess.CompletedProcess:
-    """``gpuemu attest FILES --key KEY``, asserted to succeed."""
-    done = gpuemu("attest", *map(str, files), "--key", str(key), cwd=cwd)
-    assert done.returncode == 0, out(done)
-    return done
