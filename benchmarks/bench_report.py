@@ -6,6 +6,8 @@ set-up, not measured."""
 from __future__ import annotations
 
 import json
+import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -59,10 +61,13 @@ def _workspace(root: Path, n: int) -> Path:
     return write_workspace(root, '[validation]\ndtypes = ["float32", "float16"]\n' + "".join(ops), {"kern.py": KERNEL})
 
 
-def _gpuemu(root: Path, *args: str) -> tuple[float, subprocess.CompletedProcess]:
-    t0 = time.perf_counter()
+def _gpuemu(root: Path, *args: str) -> tuple[float, float, subprocess.CompletedProcess]:
+    """Wall seconds, CPU seconds (user + system: what a shared, loaded machine disturbs least) and the process."""
+    t0, before = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = subprocess.run([PYTHON, "-m", "gpuemu_ls", *args], cwd=root, capture_output=True, text=True, check=False)
-    return time.perf_counter() - t0, proc
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return time.perf_counter() - t0, cpu, proc
 
 
 def html_report(quick: bool) -> dict[str, Any]:
@@ -72,34 +77,38 @@ def html_report(quick: bool) -> dict[str, Any]:
     n = 100 if quick else 1000
     with tempfile.TemporaryDirectory() as tmp:
         root = _workspace(Path(tmp) / "ws", n)
-        run_s, proc = _gpuemu(root, "test", "--iterations", "6", "--jobs", "2", "--no-progress", "--format", "json")
+        run_s, _, proc = _gpuemu(root, "test", "--iterations", "6", "--jobs", "2", "--no-progress", "--format", "json")
         doc = json.loads(proc.stdout)
         failed = sum(1 for e in doc["ops"] if e["status"] != "passed")
-        builds = []
+        builds, cpus, json_cpus = [], [], []
         for _ in range(1 if quick else 3):
-            seconds, proc = _gpuemu(root, "report", "--format", "html", "--output", "r.html")
+            seconds, cpu, proc = _gpuemu(root, "report", "--format", "html", "--output", "r.html")
             assert proc.returncode in (0, 1), proc.stderr[-2000:]
             builds.append(seconds)
-        from_json, _ = _gpuemu(root, "report", "--format", "json", "--output", "r.json")
+            cpus.append(cpu)
+            json_cpus.append(_gpuemu(root, "report", "--format", "json", "--output", "r.json")[1])
         page = root / "r.html"
         size = page.stat().st_size
         opened: dict[str, Any] = {}
         if browser_missing() is None:
             opened = open_page(page, None, filter_text="op00", status="failed")
-    build = min(builds)
+    cpu = min(cpus)
     load_ms = opened.get("load_ms")
     return result(
         14,
-        f"HTML report of {n} ops ({failed} failing, 6 cases each): `gpuemu report --format html` from the store "
-        "(best of 3, Python start included); page size; headless Chromium load and one filter of the op table",
-        build,
-        "s",
+        f"HTML report of {n} ops ({failed} failing, 6 cases each): `gpuemu report --format html` from the store, "
+        "CPU seconds (best of 3, Python start included; wall beside it); the same document as JSON; page size; "
+        "headless Chromium load and one filter of the op table",
+        cpu,
+        "s CPU",
         "build < 10 s; opens < 2 s",
-        build < 10 and (load_ms is None or load_ms < 2000),
+        cpu < 10 and (load_ms is None or load_ms < 2000),
         ops=n,
         failing_ops=failed,
         run_s=round(run_s, 1),
-        json_report_s=round(from_json, 2),
+        wall_s=round(min(builds), 2),
+        json_cpu_s=round(min(json_cpus), 2),
+        load_average=round(os.getloadavg()[0], 1),
         size_mb=round(size / 2**20, 2),
         images=len(opened.get("images", [])),
         load_ms=load_ms,
