@@ -142,7 +142,7 @@ def _span_text(bad_runs: Any, total: Any, noun: str) -> str | None:
             return f"the last {b - a} of {total} {plural}"
         if a == 0:
             return f"the first {b - a} of {total} {plural}"
-        return f"{plural} {a}..{b - 1} of {total}"
+        return f"{noun} {a} of {total}" if b - a == 1 else f"{plural} {a}..{b - 1} of {total}"
     shown = ", ".join(f"{a}" if b - a == 1 else f"{a}..{b - 1}" for a, b in spans[:4])
     more = ", ..." if len(spans) > 4 else ""
     at_least = "at least " if len(spans) >= 8 else ""  # only the first runs are stored
@@ -155,6 +155,39 @@ def _informative(grid: list[list[float]]) -> bool:
     return len({ch for ch in text if ch != "\n"}) > 1
 
 
+def _pattern(feats: dict[str, Any]) -> str | None:
+    """The failing elements' pattern in a word or two: "a row", "a column", "a tail" (the last columns of the
+    rows), "one element"; None where it is none of these (every row and column holds some: their runs say so)."""
+    rows, cols, bad_rows, bad_cols = (feats.get(k) for k in ("rows", "cols", "bad_rows", "bad_cols"))
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (rows, cols, bad_rows, bad_cols)):
+        return None
+    col_runs = feats.get("bad_col_runs") if isinstance(feats.get("bad_col_runs"), list) else []
+    if bad_rows == 1 and bad_cols == 1:
+        return "one element"
+    if bad_rows == 1:
+        return "a row"
+    if bad_cols == 1 and cols > 1:
+        return "a column"
+    if len(col_runs) == 1 and col_runs[0][1] == cols and col_runs[0][0] > 0:
+        return "a tail"
+    return None
+
+
+def layout_text(feats: dict[str, Any]) -> str:
+    """Where a failing output's errors sit, in words ("every row; the last 7 of 135 columns: a tail"): what the
+    hover and an editor's diff say of the failing elements' layout (one source)."""
+    rows_text = _span_text(feats.get("bad_row_runs"), feats.get("rows"), "row")
+    if rows_text is None and isinstance(feats.get("bad_rows"), int) and isinstance(feats.get("rows"), int):
+        rows_text = f"{feats['bad_rows']} of {feats['rows']} rows"
+    cols_text = _span_text(feats.get("bad_col_runs"), feats.get("cols"), "column")
+    axes = "; ".join(t for t in (rows_text, cols_text) if t)
+    masked = feats.get("bad_rows_masked")
+    if isinstance(masked, int) and masked:
+        axes += f" ({masked} of them fully masked)"
+    pattern = _pattern(feats)
+    return f"{axes}: {pattern}" if axes and pattern else axes
+
+
 def _where(row: dict[str, Any]) -> list[str]:
     """Where in the output the first failing case's errors sit: along the rows and columns in words, then the
     heatmap only when it carries information."""
@@ -163,14 +196,7 @@ def _where(row: dict[str, Any]) -> list[str]:
     for out_name, feats in outputs.items():
         if not isinstance(feats, dict):
             continue
-        rows_text = _span_text(feats.get("bad_row_runs"), feats.get("rows"), "row")
-        if rows_text is None and isinstance(feats.get("bad_rows"), int) and isinstance(feats.get("rows"), int):
-            rows_text = f"{feats['bad_rows']} of {feats['rows']} rows"
-        cols_text = _span_text(feats.get("bad_col_runs"), feats.get("cols"), "column")
-        axes = "; ".join(t for t in (rows_text, cols_text) if t)
-        masked = feats.get("bad_rows_masked")
-        if isinstance(masked, int) and masked:
-            axes += f" ({masked} of them fully masked)"
+        axes = layout_text(feats)
         lines = []
         if axes:
             lines.append(f"Where {code(out_name)} is wrong at seed {md(row['seed'])}: {md(axes)}")

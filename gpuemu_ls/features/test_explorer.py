@@ -10,6 +10,7 @@ from typing import Any
 
 from lsprotocol import types as lsp
 
+from ..diagnostics.hover import layout_text
 from ..diagnostics.ranges import op_header_range, op_target
 from ..engine.errors import Problem
 from ..session.jobs import Job
@@ -43,11 +44,16 @@ def _case_brief(case: Any) -> dict[str, Any]:
 
 
 def _worst_brief(case: Any) -> dict[str, Any] | None:
-    """The worst element of a failing case (op and reference values there, for a client's diff), or None."""
+    """The worst element of a failing case (op and reference values there, for a client's diff), the elements
+    around it (``window``, see oracle/features.py) and where the failing elements lie (``layout``), or None."""
     w = case.worst()
     if w is None or w.worst_index is None:
         return None
+    feats = ((case.features or {}).get("outputs") or {}).get(w.output)
+    feats = feats if isinstance(feats, dict) else {}
     return {
+        "window": feats.get("window"),
+        "layout": layout_text(feats) or None,
         "output": w.output,
         "index": [int(i) for i in w.worst_index],
         "op": _json_number(w.worst_op),
@@ -99,6 +105,7 @@ def op_state(job: Job, kind: str, event: dict[str, Any]) -> dict[str, Any]:
                 diagnosis=o.diagnosis,
                 failures=[_case_brief(c) for c in o.failures[:20]],
                 cases=len(o.cases),
+                elapsed=o.elapsed,  # the op's own seconds, not its wait in the queue (a client's test duration)
             )
         elif job.kind == "lint" and result:
             e = result[0]

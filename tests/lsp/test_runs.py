@@ -5,6 +5,7 @@ written by another process (the CLI) showing up without a save."""
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from typing import Any
 
@@ -250,6 +251,19 @@ async def test_discover_ops_and_op_state_of_saves(editor: Any, buggy_ws: Any) ->
         assert isinstance(f["seed"], int) and f["dtype"] == "float32" and f["kind"] == "mismatch"
         assert set(f["shapes"]) == {"x"} and f["shapes"]["x"][1] > 64  # the bug needs more than one block
         assert f["layout"] and f["distribution"] and f["replay"].endswith(f"--seed {f['seed']}")
+        # the worst element with the elements around it (what an editor's diff shows): the window holds it, off
+        # tolerance, with its op and reference values; and where the failing elements lie, in words
+        w = f["worst"]
+        win, (r, c) = w["window"], w["index"][-2:]
+        (r0, r1), (c0, c1) = win["rows"], win["cols"]
+        assert r0 <= r < r1 and c0 <= c < c1 and (r1 - r0, c1 - c0) == (min(5, f["shapes"]["x"][0]), 7), win
+        assert len(win["op"]) == len(win["ref"]) == len(win["bad"]) == r1 - r0 and len(win["op"][0]) == c1 - c0
+        assert win["bad"][r - r0][c - c0] == 1, win
+        assert (win["op"][r - r0][c - c0], win["ref"][r - r0][c - c0]) == (w["op"], w["ref"]), (win, w)
+        assert re.search(r"\brows?\b.*; .*\bcolumns?\b", w["layout"]), w["layout"]
+    # the op's own seconds (the test duration an editor shows), not counting its wait in the queue
+    queued, ended = client.states("softmax_online_rescale", since)[0]["_t"], final["_t"]
+    assert 0 < final["elapsed"] < ended - queued, (final["elapsed"], ended - queued)
     assert any(s.get("lastFailure") for s in client.states("softmax_online_rescale", since))
     twin = await client.wait_state("softmax_online_rescale_ok", {"failed", "passed", "error"}, since=since)
     assert twin["state"] == "passed" and twin["failures"] == []

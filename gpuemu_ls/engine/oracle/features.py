@@ -54,6 +54,49 @@ def output_features(cmp: Comparison, inputs: dict[str, np.ndarray], op: OpConfig
     return feats
 
 
+#: The neighbourhood of a case's worst element an editor shows: rows x columns of the last two axes.
+WINDOW_ROWS, WINDOW_COLS = 5, 7
+
+
+def _value(x: float) -> float | str:
+    """A value for JSON (stored, sent to editors): NaN and infinities as "nan", "inf", "-inf"."""
+    return x if np.isfinite(x) else ("nan" if np.isnan(x) else ("inf" if x > 0 else "-inf"))
+
+
+def _span(center: int, size: int, width: int) -> tuple[int, int]:
+    """``[start, stop)`` of at most ``width`` indices of ``0..size`` with ``center`` as near the middle as fits."""
+    start = min(max(0, center - width // 2), max(0, size - width))
+    return start, min(size, start + width)
+
+
+def neighbourhood(cmp: Comparison, op_out: Any, ref_out: Any) -> dict[str, Any] | None:
+    """Op and reference values around a failing output's worst element: up to 5 rows x 7 columns of its last two
+    axes (its leading indices fixed), with which of them are off tolerance. One element says little; the
+    elements around it show the pattern (a row, a tail, a column), so an editor's diff shows these."""
+    idx, mask = cmp.worst_index, cmp.mask
+    op_a, ref_a = np.asarray(op_out), np.asarray(ref_out)
+    if idx is None or op_a.ndim == 0 or op_a.shape != ref_a.shape or len(idx) != op_a.ndim:
+        return None
+    if op_a.dtype.kind not in "fiub" and op_a.dtype.name != "bfloat16":
+        return None
+    lead = tuple(int(i) for i in idx[:-2])
+    rows = _span(int(idx[-2]), op_a.shape[-2], WINDOW_ROWS) if op_a.ndim >= 2 else None
+    cols = _span(int(idx[-1]), op_a.shape[-1], WINDOW_COLS)
+    where = (*lead, *((slice(*rows),) if rows else ()), slice(*cols))
+    pick = (lambda a: a[where].reshape(-1, cols[1] - cols[0])) if rows else (lambda a: a[where].reshape(1, -1))
+    op_w = np.asarray(pick(op_a), dtype=np.float64)
+    ref_w = np.asarray(pick(ref_a), dtype=np.float64)
+    bad = pick(mask) if mask is not None and mask.shape == op_a.shape else np.zeros(op_w.shape, dtype=bool)
+    return {
+        "lead": list(lead),
+        "rows": list(rows) if rows else None,
+        "cols": list(cols),
+        "op": [[_value(float(v)) for v in row] for row in op_w],
+        "ref": [[_value(float(v)) for v in row] for row in ref_w],
+        "bad": [[int(v) for v in row] for row in np.asarray(bad, dtype=bool)],
+    }
+
+
 MAX_RUNS = 8
 
 

@@ -27,7 +27,7 @@ from ..cases.plan import CaseSpec
 from ..cases.rng import Stream
 from ..config.model import OpConfig, ValidationConfig, resolve_bound
 from ..oracle.compare import CaseFacts, Comparison, Working, compare_output
-from ..oracle.features import input_features, output_features
+from ..oracle.features import input_features, neighbourhood, output_features
 from ..oracle.invariants import check_invariants
 from ..oracle.outcome import CaseResult
 from ..oracle.tier import TIERABLE_KINDS, edge_record, explained, overflow_threshold, tame
@@ -263,7 +263,11 @@ def run_case(
                 calibration=ctx.calibration,
             )
             if not cmp.passed:
-                result.features.setdefault("outputs", {})[name] = output_features(cmp, inputs.logical, op)
+                feats = output_features(cmp, inputs.logical, op)
+                window = neighbourhood(cmp, out, ref)
+                if window is not None:
+                    feats["window"] = window
+                result.features.setdefault("outputs", {})[name] = feats
         result.comparisons.append(cmp)
     if op_grads:
         assert upstream is not None
