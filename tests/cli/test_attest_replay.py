@@ -85,6 +85,7 @@ def test_replay_confirms_a_passing_and_a_failing_run(name: str, signed: dict[str
                   cwd=signed["repo"] / name)  # fmt: skip
     assert done.returncode == 0, out(done)
     assert "op good: 3 confirmed, 0 contradicted, 0 not reproducible here" in done.stdout, out(done)
+    assert "note: the commit was recorded when the report was built from the store" in done.stdout
     if name == "mixed":
         assert "op bad: 3 confirmed, 0 contradicted" in done.stdout, out(done)
     assert _git(signed["repo"], "worktree", "list").count("\n") == 0  # the checkout is gone
