@@ -166,3 +166,25 @@ def test_sarif_kernel_finding_on_its_cu_line(run: dict) -> None:
     assert finding["ruleId"] == "gpuemu-lint/forbidden-instruction" and finding["level"] == "error"
     expected = line_of(ws / "kernels" / "forbidden.cu", r"__global__ void uses_printf\(")
     assert _uri(finding["locations"][0]) == ("kernels/forbidden.cu", expected)
+
+
+def test_html_shows_every_verdict_and_kernel(run: dict) -> None:
+    """The HTML page of the same document (issue 28 item 1): every op's verdict, every kernel with its
+    findings, and the lint figures against their limits as a plot where the lint measured any."""
+    import html5lib
+
+    from gpuemu_ls.engine.report.formats import render
+
+    doc = run["doc"]
+    root = html5lib.HTMLParser(strict=True, namespaceHTMLElements=False).parse(render(doc, "html"))
+    rows = {tr.get("data-op"): tr.get("data-status") for tr in root.iterfind(".//table[@id='op-table']/tbody/tr")}
+    assert rows == {e["name"]: e["status"] for e in doc["ops"]}
+    kernels = root.find(".//table[@id='kernel-table']")
+    assert kernels is not None
+    names = ["".join(tr.find("td").itertext()) for tr in kernels.iterfind("./tbody/tr")]
+    assert names == [k["name"] for k in doc["kernels"]]
+    limited = any(
+        f.get("value") is not None and f.get("limit") is not None for k in doc["kernels"] for f in k["findings"]
+    )
+    plots = [img.get("alt") for img in root.iter("img")]
+    assert ("kernel lint figures against their limits" in plots) == limited
