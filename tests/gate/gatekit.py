@@ -95,6 +95,7 @@ def swap_module(ws: Path, op: str, module: str) -> None:
 def normalized(doc: Any) -> Any:
     """A results document without what differs between two runs of the same thing."""
     volatile = {"run_id", "created_at", "elapsed", "finished_at", "duration_ms", "timing", "full_estimate", "model"}
+    volatile |= {"date"}  # the provenance's: when the run ended
     if isinstance(doc, dict):
         return {k: normalized(v) for k, v in doc.items() if k not in volatile}
     if isinstance(doc, list):
