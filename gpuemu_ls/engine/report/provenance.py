@@ -27,6 +27,7 @@ PROVENANCE_VERSION = 1
 #: Config fields that say how the file was read (or where it lies), not what it configures.
 _NOT_SETTINGS = frozenset({"root", "path", "positions", "warnings"})
 GIT_TIMEOUT_S = 10.0
+UNTRACKED_HASH_LIMIT = 4 << 20
 
 
 def sha256(data: bytes) -> str:
@@ -71,7 +72,8 @@ def _plain(value: Any, root: Path) -> Any:
 
 def git_state(root: Path) -> dict[str, Any] | None:
     """The commit checked out at ``root``, whether the tree differs from it, and a digest of the difference
-    (``git diff HEAD`` in binary form, then the untracked files' names and contents); None outside git."""
+    (``git diff HEAD`` in binary form, then the untracked files' names and contents, see
+    :func:`_untracked_digest`); None outside git."""
 
     def git(*args: str) -> bytes | None:
         try:
@@ -95,16 +97,25 @@ def git_state(root: Path) -> dict[str, Any] | None:
     digest = hashlib.sha256(diff)
     for rel in untracked:
         digest.update(b"\0untracked\0" + rel + b"\0")
-        try:
-            digest.update(hashlib.sha256((root / os.fsdecode(rel)).read_bytes()).digest())
-        except OSError:
-            digest.update(b"unreadable")
+        digest.update(_untracked_digest(root / os.fsdecode(rel)))
     dirty = bool(status)
     return {
         "commit": head.decode().strip(),
         "dirty": dirty,
         "diff_sha256": digest.hexdigest() if dirty else None,
     }
+
+
+def _untracked_digest(path: Path) -> bytes:
+    """An untracked file's part of the diff digest: its content's sha256, or for a file over
+    :data:`UNTRACKED_HASH_LIMIT` (a dataset beside the ops, hashed at every run) its size and modification time."""
+    try:
+        st = path.stat()
+        if st.st_size > UNTRACKED_HASH_LIMIT:
+            return f"large:{st.st_size}:{st.st_mtime_ns}".encode()
+        return hashlib.sha256(path.read_bytes()).digest()
+    except OSError:
+        return b"unreadable"
 
 
 def machine() -> dict[str, Any]:
