@@ -114,6 +114,7 @@ def test_a_kernel_changed_at_the_recorded_commit_is_contradicted(signed: dict[st
         (folder / name).write_bytes((source / name).read_bytes())
     doc = json.loads((folder / "R.json").read_text(encoding="utf-8"))
     doc["provenance"]["git"]["commit"] = amended
+    doc["provenance"]["machine"]["python"] = "3.9.0"  # and an older interpreter: said, not judged
     (folder / "R.json").write_text(json.dumps(doc), encoding="utf-8")
     sign([folder / "R.html", folder / "R.json"], signed["key"])
     done = gpuemu("verify", str(folder / "R.json"), "--key", str(signed["pub"]), "--replay", "--yes",
@@ -122,3 +123,4 @@ def test_a_kernel_changed_at_the_recorded_commit_is_contradicted(signed: dict[st
     assert f"replay: commit {amended}" in done.stdout
     assert "op good: 0 confirmed, 3 contradicted" in done.stdout, out(done)
     assert "CONTRADICTED seed 0: recorded passed, replayed failed" in done.stdout, out(done)
+    assert "note: recorded with Python 3.9.0, replayed with" in done.stdout

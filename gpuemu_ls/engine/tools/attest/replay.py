@@ -8,6 +8,7 @@ import contextlib
 import hashlib
 import json
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -164,6 +165,10 @@ def replay(doc: dict[str, Any], repo: Path, folder: str) -> Replay:
     dirty = bool(git.get("dirty"))
     if dirty:
         out.notes.append("the recorded run's tree had uncommitted changes: the commit is not exactly what ran")
+    machine = prov.get("machine") if isinstance(prov.get("machine"), dict) else {}
+    here = platform.python_version()
+    if machine.get("python") and machine["python"] != here:  # numpy, torch... are not recorded: this is a hint
+        out.notes.append(f"recorded with Python {machine['python']}, replayed with {here}: library versions may differ")
     if prov.get("of") == "report":  # gpuemu report read the store later: the commit checked out then
         out.notes.append(
             "the commit was recorded when the report was built from the store, not when its runs ran; sign the "
