@@ -42,13 +42,24 @@ def top_level_names(file: Path) -> dict[str, int] | None:
     return _top_level_names(str(file), st.st_mtime_ns, st.st_size)
 
 
-@functools.lru_cache(maxsize=512)
-def _top_level_names(filename: str, _mtime_ns: int, _size: int) -> dict[str, int] | None:
+def _top_level_names(filename: str, mtime_ns: int, size: int) -> dict[str, int] | None:
+    return _read(filename, mtime_ns, size)[0]
+
+
+@functools.lru_cache(maxsize=4096)
+def _read(filename: str, _mtime_ns: int, _size: int) -> tuple[dict[str, int] | None, tuple[str, ...]]:
+    """One parse of a file, both things the checker reads of it: its top-level names (None: unparsable) and the
+    modules it imports (:func:`_imports`). A workspace of 3,000 ops with a module each parsed each file twice,
+    and a cache of 512 entries forgot them between the check and the build."""
     file = Path(filename)
     try:
         tree = ast.parse(read_text(file), filename=str(file))
     except (SyntaxError, OSError, UnicodeDecodeError, ValueError):
-        return None
+        return None, ()
+    return _names(tree), _imported(tree)
+
+
+def _names(tree: ast.Module) -> dict[str, int]:
     names: dict[str, int] = {}
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -110,13 +121,12 @@ def imported_packages(root: Path, start: str | Path) -> frozenset[str]:
     return frozenset(found)
 
 
-@functools.lru_cache(maxsize=512)
-def _imports(filename: str, _mtime_ns: int, _size: int) -> tuple[str, ...]:
+def _imports(filename: str, mtime_ns: int, size: int) -> tuple[str, ...]:
     """Absolute module names a file imports anywhere in it (a kernel imported inside a function counts)."""
-    try:
-        tree = ast.parse(read_text(filename), filename=filename)
-    except (SyntaxError, OSError, UnicodeDecodeError, ValueError):
-        return ()
+    return _read(filename, mtime_ns, size)[1]
+
+
+def _imported(tree: ast.Module) -> tuple[str, ...]:
     names: list[str] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):

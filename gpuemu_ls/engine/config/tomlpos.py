@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import bisect
 import re
+import threading
 from dataclasses import dataclass
 
 Path_ = tuple[str | int, ...]
@@ -33,9 +34,21 @@ class PositionIndex:
     """Where each key path sits in the text; lookups fall back to the nearest enclosing path."""
 
     def __init__(self, text: str) -> None:
-        self._entries: dict[Path_, Entry] = {}
+        self._text: str | None = text
+        self._scanned: dict[Path_, Entry] = {}
         self._ends: dict[Path_, tuple[int, int]] | None = None
-        _Scanner(text, self._entries).run()
+        self._lock = threading.Lock()
+
+    @property
+    def _entries(self) -> dict[Path_, Entry]:
+        """The scan, made on the first lookup: a valid gpuemu.toml of 3,000 ops is read by a shard or a worker
+        that never asks where a key is, and the scan costs more than parsing the TOML itself."""
+        if self._text is not None:
+            with self._lock:
+                if self._text is not None:
+                    text, self._text = self._text, None
+                    _Scanner(text, self._scanned).run()
+        return self._scanned
 
     def key(self, path: Path_) -> Span | None:
         """Span of the key (or table header) of ``path``, or of its nearest ancestor that is known."""
