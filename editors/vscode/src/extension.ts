@@ -19,6 +19,8 @@ import {
   ServerOptions,
   ShowMessageNotification,
   State,
+  WorkDoneProgress,
+  WorkDoneProgressCancelNotification,
 } from "vscode-languageclient/node";
 import {
   DiscoverResult,
@@ -26,7 +28,9 @@ import {
   OpState,
   ReproduceResult,
   RunOpsResult,
+  RunWave,
   TreeLeaf,
+  clientLogLevel,
   failureTarget,
   isCommandResultMessage,
   parseCaseKey,
@@ -110,6 +114,67 @@ export interface GpuemuApi {
   discover(): Promise<void>;
 }
 
+/**
+ * Notifications that withdraw themselves once they no longer apply. VS Code closes no message toast on an
+ * extension's behalf, but it does close a progress notification when its task ends: a notice is one, its actions
+ * links in its text (`[Install](command:...)`), shown once per key and text, and closed by `withdraw` or by the
+ * next notice of its key (or the user's Cancel).
+ */
+class Notices implements vscode.Disposable {
+  private readonly open = new Map<string, { text: string; close: () => void }>();
+
+  show(key: string, text: string): void {
+    const prev = this.open.get(key);
+    if (prev?.text === text) return;
+    prev?.close();
+    let close: () => void = () => undefined;
+    const closed = new Promise<void>((resolve) => (close = resolve));
+    const entry = { text, close };
+    this.open.set(key, entry);
+    void vscode.window
+      .withProgress({ location: vscode.ProgressLocation.Notification, title: text, cancellable: true }, (_progress, token) => {
+        token.onCancellationRequested(() => entry.close());
+        return closed;
+      })
+      .then(() => {
+        if (this.open.get(key) === entry) this.open.delete(key);
+      });
+  }
+
+  withdraw(key: string): void {
+    this.open.get(key)?.close();
+    this.open.delete(key);
+  }
+
+  dispose(): void {
+    for (const key of [...this.open.keys()]) this.withdraw(key);
+  }
+}
+
+/** A `command:` link for a notice's text. */
+function commandLink(label: string, command: string, args?: unknown[]): string {
+  return `[${label}](command:${command}${args ? `?${encodeURIComponent(JSON.stringify(args))}` : ""})`;
+}
+
+/** The output channel as the language client writes to it, each of its "errors" at the level it deserves
+ * (clientLogLevel): a routine restart or a Python warning is no error in the log. */
+function clientChannel(out: vscode.LogOutputChannel, stopping: () => boolean): vscode.LogOutputChannel {
+  return new Proxy(out, {
+    get(target, prop, receiver) {
+      if (prop === "error") {
+        return (message: string | Error, ...args: unknown[]) => {
+          const text = typeof message === "string" ? message : message.message;
+          const level = clientLogLevel(text, stopping());
+          if (level === "error") target.error(message, ...args);
+          else target[level](text, ...args);
+        };
+      }
+      const value = Reflect.get(target, prop, receiver) as unknown;
+      return typeof value === "function" ? (value as (...a: unknown[]) => unknown).bind(target) : value;
+    },
+  });
+}
+
 class GpuemuExtension implements vscode.Disposable {
   private client: LanguageClient | undefined;
   private starting: Promise<void> | undefined;
@@ -124,7 +189,11 @@ class GpuemuExtension implements vscode.Disposable {
   private interpreter: string | undefined;
   /** Reproduce/minimize requests in flight: their result messages are shown by the extension, once. */
   private commandsInFlight = 0;
-  private missingShown = false;
+  private readonly notices = new Notices();
+  /** A stop this extension asked for (a restart, a settings change) is under way: its log lines are routine. */
+  private stopping = false;
+  /** The run in progress, so the status bar counts it up. */
+  private readonly wave = new RunWave();
   private pythonListener: vscode.Disposable | undefined;
 
   /** The extension's install folder (where the bundled variant keeps `bundled/libs`). */
@@ -142,6 +211,7 @@ class GpuemuExtension implements vscode.Disposable {
       validatesOnSave: () => vscode.workspace.getConfiguration("gpuemu").get<boolean>("onSave") !== false,
     });
     this.disposables.push(
+      this.notices,
       this.output,
       this.trace,
       this.status,
@@ -226,20 +296,19 @@ class GpuemuExtension implements vscode.Disposable {
     return process.platform === "win32" ? "python" : "python3";
   }
 
-  /** One message for a server that is not installed, with Install (pip into the interpreter), Settings and Log. */
+  /** One notice for a server that is not installed, with Install (pip into the interpreter), Settings and Log;
+   * withdrawn once a server starts (the setting fixed, the install done). */
   private reportMissing(server: ResolvedServer): void {
     const msg = missingServerMessage(server, this.interpreter);
     this.output.error(`${msg} Not starting it.`);
     this.updateStatus("not installed");
-    if (this.missingShown) return;
-    this.missingShown = true;
     const python = this.python();
-    void vscode.window.showErrorMessage(`${msg} Install it into ${python}?`, "Install", "Open Settings", "Show Log").then((pick) => {
-      this.missingShown = false;
-      if (pick === "Install") void this.installServer();
-      if (pick === "Open Settings") void vscode.commands.executeCommand("workbench.action.openSettings", "gpuemu.server");
-      if (pick === "Show Log") this.output.show();
-    });
+    const actions = [
+      commandLink("Install", "gpuemu.installServer"),
+      commandLink("Open Settings", "workbench.action.openSettings", ["gpuemu.server"]),
+      commandLink("Show Log", "gpuemu.showOutput"),
+    ];
+    this.notices.show("server", `${msg} Install it into ${python}? ${actions.join(" · ")}`);
   }
 
   /** `python -m pip install <checkout>` into the selected interpreter, as a task; restarts the server when it succeeds. */
@@ -267,6 +336,7 @@ class GpuemuExtension implements vscode.Disposable {
     }
     const cmd = installCommand(python, source);
     this.output.info(`installing gpuemu-ls: ${cmd.command} ${cmd.args.join(" ")}`);
+    this.notices.show("server", `Installing gpuemu-ls into ${python} (the terminal shows pip)...`);
     const task = new vscode.Task(
       { type: "gpuemu", task: "install-server" },
       vscode.TaskScope.Workspace,
@@ -279,9 +349,11 @@ class GpuemuExtension implements vscode.Disposable {
       if (e.execution !== execution) return;
       sub.dispose();
       if (e.exitCode === 0) {
-        void vscode.window.showInformationMessage(`gpuemu-ls installed into ${python}: starting it.`);
+        this.output.info(`gpuemu-ls installed into ${python}: starting it`);
+        this.notices.show("server", `gpuemu-ls installed into ${python}: starting it...`);
         void this.restartClient();
       } else {
+        this.notices.withdraw("server");
         void vscode.window.showErrorMessage(`pip install of gpuemu-ls into ${python} failed (exit ${e.exitCode}); see the terminal.`);
       }
     });
@@ -302,6 +374,7 @@ class GpuemuExtension implements vscode.Disposable {
       this.reportMissing(server);
       return;
     }
+    this.notices.withdraw("server"); // "not installed" or "installing" no longer applies
     this.output.info(
       `starting ${server.command} ${server.args.join(" ")} (from ${server.source}; workspace ${
         vscode.workspace.isTrusted ? "trusted" : "NOT trusted: configuration diagnostics only"
@@ -321,7 +394,7 @@ class GpuemuExtension implements vscode.Disposable {
         { scheme: "file", pattern: "**/gpuemu.toml" },
       ],
       initializationOptions: this.settings(),
-      outputChannel: this.output,
+      outputChannel: clientChannel(this.output, () => this.stopping),
       traceOutputChannel: this.trace,
       diagnosticCollectionName: "gpuemu",
       errorHandler: {
@@ -386,7 +459,10 @@ class GpuemuExtension implements vscode.Disposable {
     });
     client.onDidChangeState((e) => {
       this.updateStatus();
-      if (e.newState === State.Stopped) this.output.warn("gpuemu-ls stopped");
+      if (e.newState === State.Stopped) {
+        if (this.stopping) this.output.info("gpuemu-ls stopped");
+        else this.output.warn("gpuemu-ls stopped");
+      }
     });
     this.client = client;
     this.updateStatus();
@@ -410,10 +486,14 @@ class GpuemuExtension implements vscode.Disposable {
     const client = this.client;
     this.client = undefined;
     if (client) {
+      this.stopping = true;
       try {
         await client.stop(5000);
       } catch (err) {
         this.output.warn(`stopping gpuemu-ls: ${String(err)}`);
+      } finally {
+        // the connection's close may come just after stop() returns: still part of this stop
+        setTimeout(() => (this.stopping = false), 2000);
       }
     }
   }
@@ -478,6 +558,7 @@ class GpuemuExtension implements vscode.Disposable {
       trusted: vscode.workspace.isTrusted,
       serverState,
       noun: kernels ? "ops and kernels" : "ops",
+      wave: this.wave.update(this.tests.states),
     });
     this.status.text = s.text;
     this.status.tooltip = s.tooltip;
@@ -507,6 +588,50 @@ class GpuemuExtension implements vscode.Disposable {
       return await client.sendRequest(ExecuteCommandRequest.type, { command, arguments: [args] });
     } catch (err) {
       void vscode.window.showErrorMessage(`${command} failed: ${err instanceof Error ? err.message : String(err)}`);
+      return undefined;
+    }
+  }
+
+  /**
+   * Calibrate an op on the server, its progress a notification with Cancel ("float32: 40 of 100 cases") that
+   * closes when the cases are done; the server then asks before applying a tolerance, or says in one warning why
+   * it refuses (a bug, not rounding).
+   */
+  private async calibrate(args: { workspace?: string; op: string }): Promise<unknown> {
+    const client = this.running();
+    if (!client) {
+      void vscode.window.showErrorMessage("gpuemu-ls is not running (see the gpuemu-ls output).");
+      return undefined;
+    }
+    const token = `gpuemu-calibrate-${Date.now()}-${Math.random().toString(36).slice(2)}`;
+    let ended: () => void = () => undefined;
+    const cases = new Promise<void>((resolve) => (ended = resolve));
+    const request = client.sendRequest(ExecuteCommandRequest.type, {
+      command: "gpuemu.calibrate",
+      arguments: [{ ...args, workDoneToken: token }],
+    });
+    void vscode.window.withProgress(
+      { location: vscode.ProgressLocation.Notification, title: `gpuemu: calibrating ${args.op}`, cancellable: true },
+      async (progress, cancel) => {
+        let shown = 0;
+        const sub = client.onProgress(WorkDoneProgress.type, token, (v) => {
+          if (v.kind === "end") return ended();
+          const pct = v.percentage;
+          progress.report({ message: v.message, increment: typeof pct === "number" ? pct - shown : undefined });
+          if (typeof pct === "number") shown = pct;
+        });
+        cancel.onCancellationRequested(() => void client.sendNotification(WorkDoneProgressCancelNotification.type, { token }));
+        try {
+          await Promise.race([cases, request.then(() => undefined, () => undefined)]);
+        } finally {
+          sub.dispose();
+        }
+      },
+    );
+    try {
+      return await request;
+    } catch (err) {
+      void vscode.window.showErrorMessage(`gpuemu.calibrate failed: ${err instanceof Error ? err.message : String(err)}`);
       return undefined;
     }
   }
@@ -794,9 +919,9 @@ class GpuemuExtension implements vscode.Disposable {
     reg("gpuemu.calibrate", async (...args) => {
       if (!this.requireTrust()) return undefined;
       const a = args[0] as { workspace?: string; op?: string } | undefined;
-      if (a && typeof a.op === "string") return this.executeServerCommand("gpuemu.calibrate", a);
+      if (a && typeof a.op === "string") return this.calibrate({ workspace: a.workspace, op: a.op });
       const leaf = await this.pickOp("gpuemu: calibrate the tolerances of which (known-good) op?", ["op"]);
-      return leaf ? this.executeServerCommand("gpuemu.calibrate", { workspace: leaf.workspace, op: leaf.label }) : undefined;
+      return leaf ? this.calibrate({ workspace: leaf.workspace, op: leaf.label }) : undefined;
     });
     reg("gpuemu.showFailures", () => this.showFailures());
     reg("gpuemu.openReport", () => {

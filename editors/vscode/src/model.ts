@@ -79,6 +79,21 @@ export interface WorstElement {
   total?: number;
   /** First element of each non-finite failure kind (unexpected_nan, ...): {index, op, ref}. */
   examples?: Record<string, { index: number[]; op: JsonNumber; ref: JsonNumber }>;
+  /** The elements around the worst one (gpuemu-ls >= issue 29): rows x columns of the last two axes. */
+  window?: ValueWindow | null;
+  /** Where the failing elements lie, in words: "every row; the last 7 of 135 columns: a tail". */
+  layout?: string | null;
+}
+
+/** Op and reference values of `rows` x `cols` (`[start, stop)`; rows null for a 1-D output) of an output, its
+ * leading indices `lead` fixed; `bad[i][j]` 1 where the element is off tolerance. */
+export interface ValueWindow {
+  lead: number[];
+  rows: [number, number] | null;
+  cols: [number, number];
+  op: JsonNumber[][];
+  ref: JsonNumber[][];
+  bad: number[][];
 }
 
 export type OpStateName =
@@ -108,6 +123,8 @@ export interface OpState {
   cases?: number;
   failures?: Failure[];
   lastFailure?: Failure;
+  /** The op's own seconds (finished runs): the test's duration, without its wait in the queue. */
+  elapsed?: number;
 }
 
 export interface RunOpsResult {
@@ -338,8 +355,57 @@ export function failureDiff(f: Failure): { expected: string; actual: string } | 
     if (rows.some((r) => r.where === where)) continue;
     rows.push({ where: `${where}  (first ${kind})`, op: ex.op, ref: ex.ref });
   }
-  const side = (pick: "op" | "ref") => [...header, ...rows.map((r) => `${r.where} = ${valueText(r[pick])}`)].join("\n") + "\n";
+  if (w.layout) header.push(`# failing elements of ${w.output}: ${w.layout}`);
+  const around = windowLines(w);
+  const side = (pick: "op" | "ref") =>
+    [...header, ...rows.map((r) => `${r.where} = ${valueText(r[pick])}`), ...around(pick)].join("\n") + "\n";
   return { expected: side("ref"), actual: side("op") };
+}
+
+/** A window value, short (5 significant digits: the worst element's line above has them all), so a row of
+ * them fits the diff editor's half. */
+function cellText(x: JsonNumber | undefined): string {
+  if (typeof x === "number" && Number.isFinite(x)) {
+    return x === 0 ? "0" : Math.abs(x) >= 1e-3 && Math.abs(x) < 1e5 ? String(Number(x.toPrecision(5))) : x.toExponential(3);
+  }
+  return valueText(x ?? null);
+}
+
+/**
+ * The elements around the worst one, a line per row of the window (`x[9, 0:7]  0.514  0.686* ...`): `*` marks an
+ * element off tolerance, `[...]` the worst. Both sides have the same layout, so the diff editor pairs the rows and
+ * highlights the values that differ; the marks show the failing elements' shape (a row, a tail, a column).
+ */
+export function windowLines(w: WorstElement): (pick: "op" | "ref") => string[] {
+  const win = w.window;
+  if (!win || !win.op?.length || !win.ref?.length) return () => [];
+  const [c0, c1] = win.cols;
+  const lead = win.lead.map(String);
+  const worstRow = win.rows ? w.index[w.index.length - 2] : undefined;
+  const worstCol = w.index[w.index.length - 1];
+  const cells = (pick: "op" | "ref") =>
+    (pick === "op" ? win.op : win.ref).map((row, i) =>
+      row.map((v, j) => {
+        const r = win.rows ? win.rows[0] + i : undefined;
+        const c = c0 + j;
+        const bad = win.bad?.[i]?.[j] ? "*" : " ";
+        const text = cellText(v) + bad;
+        return r === worstRow && c === worstCol ? `[${text}]` : ` ${text} `;
+      }),
+    );
+  const op = cells("op");
+  const ref = cells("ref");
+  const width = Math.max(...[...op, ...ref].flat().map((t) => t.length));
+  const rowName = (i: number) => {
+    const r = win.rows ? [String(win.rows[0] + i)] : [];
+    return `${w.output}[${[...lead, ...r, `${c0}:${c1}`].join(", ")}]`;
+  };
+  const nameWidth = Math.max(...op.map((_, i) => rowName(i).length));
+  const title = `# around the worst element: ${w.output}[${[...lead, ...(win.rows ? [`${win.rows[0]}:${win.rows[1]}`] : []), `${c0}:${c1}`].join(", ")}] (* off tolerance, [ ] the worst)`;
+  return (pick) => [
+    title,
+    ...(pick === "op" ? op : ref).map((row, i) => `${rowName(i).padEnd(nameWidth)} ${row.map((t) => t.padStart(width)).join("")}`.trimEnd()),
+  ];
 }
 
 /** The message of one failing case: the case line, the comparison, the diagnosis, the replay command. */
@@ -378,6 +444,42 @@ export function summaryText(state: { name: string; state: string; message?: stri
   if (state.diagnosis) lines.push(`diagnosis: ${state.diagnosis}`);
   return lines.join("\n");
 }
+
+/** The condition of a diagnosis, short: "fails only if N % 128 != 0 (...)" -> "N % 128 != 0". */
+export function conditionText(diagnosis?: string): string | undefined {
+  if (!diagnosis) return undefined;
+  const t = diagnosis
+    .split("\n")[0]
+    .replace(/^fails (iff|only if|if|when|where) /, "")
+    .split(/: |; | \(/)[0]
+    .trim();
+  if (!t) return undefined;
+  return t.length > 60 ? `${t.slice(0, 59)}…` : t;
+}
+
+/**
+ * What the red badge at an op's def says: how many cases failed and why, short ("9/16 failed: N % 128 != 0"), the
+ * condition of the diagnosis, else the first failure's kind.
+ */
+export function badgeText(s: OpState): string {
+  const failures = s.failures ?? [];
+  const failed = s.failedCases ?? failures.length;
+  const count = s.cases !== undefined ? `${failed}/${s.cases} failed` : `${s.state.replace("_", " ")}`;
+  const kind = failures[0]?.kind ?? failures[0]?.status;
+  const why = conditionText(s.diagnosis) ?? (kind ? (KIND_WORDS[kind] ?? kind.replace(/_/g, " ")) : undefined);
+  return why ? `${count}: ${why}` : count;
+}
+
+/** Failure kinds in words (engine/report/lines.py KIND_TEXT, the ones a badge meets most). */
+const KIND_WORDS: Record<string, string> = {
+  mismatch: "wrong values",
+  unexpected_nan: "NaN where the reference is finite",
+  unexpected_inf: "inf where the reference is finite",
+  missing_nan: "finite where the reference is NaN",
+  shape_mismatch: "wrong output shape",
+  dtype_mismatch: "wrong output dtype",
+  op_error: "op raised",
+};
 
 /** How many failing cases become separate test messages. */
 export const MAX_MESSAGES = 5;
@@ -426,14 +528,14 @@ export function stateToOutcome(s: OpState): Outcome {
         }
       } else if (failures.length) {
         const withSeed = failures.filter((f) => f.seed !== undefined);
-        failures.slice(0, MAX_MESSAGES).forEach((f, i) => {
-          const text = caseMessage(f, s.name, s.diagnosis);
-          const more =
-            i === 0 && failures.length > MAX_MESSAGES
-              ? `\n(${failures.length - MAX_MESSAGES} more failing case(s) are children of ${s.name} in the Test Explorer)`
-              : "";
-          messages.push({ text: (i === 0 ? `${s.name}: ${s.state.replace("_", " ")}${s.message ? ` - ${s.message}` : ""}\n` : "") + text + more, at: "source", diff: failureDiff(f) });
-        });
+        // first a message without a diff: VS Code's red badge at the def shows the first line of an op's first
+        // message, and "actual != expected" (middle-truncated, unreadable) for one with a diff
+        const more =
+          failures.length > MAX_MESSAGES ? `\n(${failures.length - MAX_MESSAGES} more failing case(s) are children of ${s.name} in the Test Explorer)` : "";
+        messages.push({ text: `${badgeText(s)}\n${summary}${more}`, at: "source" });
+        for (const f of failures.slice(0, MAX_MESSAGES)) {
+          messages.push({ text: caseMessage(f, s.name, s.diagnosis), at: "source", diff: failureDiff(f) });
+        }
         cases = withSeed.map((f) => ({
           seed: f.seed as number,
           label: `seed ${f.seed}`,
@@ -519,10 +621,38 @@ export interface StatusSummary {
 
 const BAD = new Set(["failed", "error", "errored", "not_judged", "not_run"]);
 
-/** idle / running N / N failed, from the latest state of each op and kernel. */
+/** How far the run in progress got: its ops and kernels done, of all it took in, and how many of them failed. */
+export interface WaveCount {
+  done: number;
+  total: number;
+  failed: number;
+}
+
+/**
+ * The ops and kernels of the run in progress, so the status bar counts up ("5 of 18 ops done"), where counting
+ * those still running counted down ("running 18 of 18" ... "1 of 18"). A wave starts when something is queued
+ * while nothing runs, takes in everything queued until nothing runs, and ends then.
+ */
+export class RunWave {
+  private readonly members = new Set<string>();
+
+  update(states: ReadonlyMap<string, string>): WaveCount | undefined {
+    const busy = [...states].filter(([, s]) => s === "queued" || s === "running").map(([k]) => k);
+    if (!busy.length) {
+      this.members.clear();
+      return undefined;
+    }
+    for (const k of busy) this.members.add(k);
+    for (const k of [...this.members]) if (!states.has(k)) this.members.delete(k); // gone from gpuemu.toml
+    const failed = [...this.members].filter((k) => BAD.has(states.get(k) ?? "")).length;
+    return { done: this.members.size - busy.length, total: this.members.size, failed };
+  }
+}
+
+/** idle / N of M done / N failed, from the latest state of each op and kernel (and the run in progress). */
 export function statusSummary(
   states: Iterable<string>,
-  extra?: { trusted?: boolean; serverState?: string; noun?: string },
+  extra?: { trusted?: boolean; serverState?: string; noun?: string; wave?: WaveCount },
 ): StatusSummary {
   let running = 0;
   let failed = 0;
@@ -545,7 +675,11 @@ export function statusSummary(
   const restricted = extra?.trusted === false ? " (restricted)" : "";
   const what = extra?.noun ?? "ops";
   let text: string;
-  if (running > 0) text = `$(sync~spin) gpuemu: running ${running} of ${total} ${what}`;
+  if (running > 0) {
+    const wave = extra?.wave ?? { done: total - running, total, failed };
+    const bad = wave.failed ? `, ${wave.failed} failed` : "";
+    text = `$(sync~spin) gpuemu: ${wave.done} of ${wave.total} ${what} done${bad}`;
+  }
   else if (failed > 0) text = `$(error) gpuemu: ${failed} of ${total} ${what} failed`;
   else if (total > 0 && passed === total) text = `$(pass) gpuemu: ${total} ${what} passed`;
   else text = `$(beaker) gpuemu: idle`;
@@ -678,4 +812,24 @@ export function reproduceSummary(op: string, seed: number, r: ReproduceResult, m
 /** Server messages the extension replaces with its own notification (reproduce and minimize results). */
 export function isCommandResultMessage(message: string): boolean {
   return /^gpuemu: \S+ seed \d+ (still fails|passes now|minimized to)\b/.test(message);
+}
+
+// ------------------------------------------------------------------------------------------
+// The client's log
+
+export type LogLevel = "error" | "warn" | "info" | "debug";
+
+/**
+ * The level a line the language client logs as an error deserves. vscode-languageclient logs every line of the
+ * server's stderr, and the connection closing, as errors: Python's own level leads a logging line
+ * ("WARNING:gpuemu-ls:..."), and a close during a stop the extension asked for (a restart) is routine. Anything
+ * else (a traceback, a crash) stays an error.
+ */
+export function clientLogLevel(line: string, stopping: boolean): LogLevel {
+  const m = /^(CRITICAL|ERROR|WARNING|INFO|DEBUG):/.exec(line);
+  if (m) return m[1] === "WARNING" ? "warn" : m[1] === "INFO" ? "info" : m[1] === "DEBUG" ? "debug" : "error";
+  if (stopping && /^(Connection to server got closed|Server process exited|Client gpuemu-ls: connection to server is erroring)/.test(line)) {
+    return "info";
+  }
+  return "error";
 }

@@ -424,7 +424,9 @@ export class GpuemuTests implements vscode.Disposable {
     const key = l.leaf.key;
     if (outcome.type === "started" && !ctx.started.has(key)) ctx.started.set(key, Date.now());
     const t0 = ctx.started.get(key);
-    this.report(ctx.run, l.item, l.leaf, outcome, t0 !== undefined ? Date.now() - t0 : undefined);
+    // the op's own time when the server says it (its wait in the queue is no part of it), else the time seen here
+    const own = typeof s.elapsed === "number" && Number.isFinite(s.elapsed) ? Math.round(s.elapsed * 1000) : undefined;
+    this.report(ctx.run, l.item, l.leaf, outcome, own ?? (t0 !== undefined ? Date.now() - t0 : undefined));
     if (outcome.terminal && !morePending) {
       this.storedShown.add(key);
       this.release(ctx, key);

@@ -13,6 +13,31 @@ describe("package.json", () => {
     assert.deepEqual(pkg.contributes.tomlValidation, [{ fileMatch: "gpuemu.toml", url: "./schemas/gpuemu.schema.json" }]);
   });
 
+  it("opens gpuemu.toml as TOML, with the grammar it ships (VS Code and code-server ship none) in both .vsix", () => {
+    const lang = pkg.contributes.languages.find((l: { id: string }) => l.id === "toml");
+    assert.deepEqual(lang.filenames, ["gpuemu.toml"]);
+    const [grammar] = pkg.contributes.grammars;
+    assert.deepEqual([grammar.language, grammar.scopeName], ["toml", "source.toml.gpuemu"]);
+    const tm = JSON.parse(readFileSync(join(EXT, grammar.path), "utf8"));
+    assert.equal(tm.scopeName, grammar.scopeName);
+    JSON.parse(readFileSync(join(EXT, lang.configuration), "utf8"));
+    for (const ignore of [".vscodeignore", ".vscodeignore.bundled"]) {
+      const kept = readFileSync(join(EXT, ignore), "utf8").split("\n");
+      for (const f of [grammar.path, lang.configuration]) assert.ok(kept.includes(`!${f.replace(/^\.\//, "")}`), `${ignore} drops ${f}`);
+    }
+    // every pattern is a valid regular expression (Oniguruma's syntax here is within JavaScript's)
+    const walk = (node: unknown): void => {
+      if (Array.isArray(node)) return node.forEach(walk);
+      if (node && typeof node === "object") {
+        for (const [k, v] of Object.entries(node)) {
+          if (["match", "begin", "end"].includes(k) && typeof v === "string") new RegExp(v);
+          else walk(v);
+        }
+      }
+    };
+    walk(tm);
+  });
+
   it("supports untrusted workspaces in limited mode, with the server settings restricted", () => {
     const u = pkg.capabilities.untrustedWorkspaces;
     assert.equal(u.supported, "limited");

@@ -5,6 +5,10 @@ import { describe, it } from "node:test";
 import {
   DiscoverResult,
   JobTracker,
+  RunWave,
+  badgeText,
+  clientLogLevel,
+  conditionText,
   OpState,
   buildTree,
   caseKey,
@@ -112,17 +116,21 @@ describe("stateToOutcome (gpuemu/opState -> test results)", () => {
     const o = stateToOutcome(states.failed);
     assert.equal(o.type, "failed");
     assert.equal(o.terminal, true);
-    assert.ok(o.messages.length >= 1 && o.messages.length <= 6);
-    const first = o.messages[0];
+    // first the summary, without a diff: its first line is VS Code's red badge at the def (a message with a
+    // diff shows there as "actual != expected", cut in the middle)
+    const [summary, first] = o.messages;
+    assert.equal(summary.diff, undefined);
+    assert.equal(summary.text.split("\n")[0], "6/16 failed: distribution != large and N % 32 != 0");
+    assert.match(summary.text, /^softmax_tail_mask: failed - 10\/16 passed, 6 failed$/m);
+    assert.match(summary.text, /^diagnosis: fails iff/m);
     assert.equal(first.at, "source");
-    assert.match(first.text, /^softmax_tail_mask: failed - 10\/16 passed, 6 failed/);
-    assert.match(first.text, /diagnosis: fails iff/);
-    assert.match(first.text, /\[mismatch\] seed=\d+ dtype=float32 x=\[\d+, \d+\] layout=\w+ dist=\w+/);
+    assert.ok(first.diff === undefined || first.diff.expected !== first.diff.actual);
+    assert.match(first.text, /^softmax_tail_mask \[mismatch\] seed=\d+ dtype=float32 x=\[\d+, \d+\] layout=\w+ dist=\w+/);
     assert.match(first.text, /replay: gpuemu reproduce --op softmax_tail_mask --seed \d+/);
     assert.match(o.output ?? "", /^FAILED softmax_tail_mask \(10\/16 cases passed\)/);
-    // every failure is one message, capped; every failing case is a child
+    // every failure is one message after the summary, capped; every failing case is a child
     const n = states.failed.failures!.length;
-    assert.equal(o.messages.length, Math.min(n, 5));
+    assert.equal(o.messages.length, 1 + Math.min(n, 5));
     assert.equal(o.cases?.length, n);
     assert.ok(o.messages.every((m) => m.at === "source"), "all at the op's def, none sending the reader to gpuemu.toml");
   });
@@ -216,12 +224,42 @@ describe("statusSummary (status bar)", () => {
     assert.equal(statusSummary(["passed", "not_judged"]).text, "$(error) gpuemu: 1 of 2 ops failed");
     assert.equal(statusSummary(["passed", "unknown"]).text, "$(beaker) gpuemu: idle");
     assert.equal(statusSummary([]).text, "$(beaker) gpuemu: idle");
-    assert.equal(statusSummary(["passed", "running", "queued", "failed"]).text, "$(sync~spin) gpuemu: running 2 of 4 ops");
-    assert.equal(statusSummary(["running", "passed"], { noun: "ops and kernels" }).text, "$(sync~spin) gpuemu: running 1 of 2 ops and kernels");
+    // while a run is on: what it has done, counting up
+    assert.equal(statusSummary(["passed", "running", "queued", "failed"]).text, "$(sync~spin) gpuemu: 2 of 4 ops done, 1 failed");
+    assert.equal(statusSummary(["running", "passed"], { noun: "ops and kernels" }).text, "$(sync~spin) gpuemu: 1 of 2 ops and kernels done");
+    const wave = { done: 1, total: 2, failed: 0 };
+    assert.equal(statusSummary(["passed", "running", "failed", "passed"], { wave }).text, "$(sync~spin) gpuemu: 1 of 2 ops done");
     const f = statusSummary(["passed", "failed", "error", "not_run", "unknown"]);
     assert.equal(f.text, "$(error) gpuemu: 3 of 5 ops failed");
     assert.match(f.tooltip, /5 ops: 0 running, 3 failed, 1 passed, 1 not run yet/);
     assert.equal(f.failed, 3);
+  });
+  it("counts a run up, from its first op queued to its last done (RunWave)", () => {
+    const wave = new RunWave();
+    const states = new Map([["a", "passed"], ["b", "passed"], ["c", "passed"]]);
+    assert.equal(wave.update(states), undefined);
+    const seen: string[] = [];
+    const step = (key: string, state: string) => {
+      states.set(key, state);
+      const w = wave.update(states);
+      seen.push(statusSummary(states.values(), { wave: w }).text);
+    };
+    step("a", "queued");
+    step("b", "queued"); // queued while the run is on: it joins it
+    step("a", "running");
+    step("a", "failed");
+    step("b", "running");
+    step("b", "passed");
+    assert.deepEqual(seen, [
+      "$(sync~spin) gpuemu: 0 of 1 ops done",
+      "$(sync~spin) gpuemu: 0 of 2 ops done",
+      "$(sync~spin) gpuemu: 0 of 2 ops done",
+      "$(sync~spin) gpuemu: 1 of 2 ops done, 1 failed",
+      "$(sync~spin) gpuemu: 1 of 2 ops done, 1 failed",
+      "$(error) gpuemu: 1 of 3 ops failed",
+    ]);
+    step("c", "queued"); // the next run starts from nothing
+    assert.equal(seen[seen.length - 1], "$(sync~spin) gpuemu: 0 of 1 ops done");
   });
   it("shows a stopped server and restricted mode", () => {
     assert.match(statusSummary(["failed"], { serverState: "stopped" }).text, /gpuemu: stopped/);
@@ -372,6 +410,54 @@ describe("failing cases: messages, diff, children", () => {
     assert.equal(valueText(2), "2.0");
   });
 
+  it("shows the elements around the worst one, the failing ones marked, and where the failing elements lie", () => {
+    const win = {
+      ...f,
+      worst: {
+        ...f.worst!,
+        index: [3, 126],
+        layout: "every row; the last 3 of 127 columns: a tail",
+        window: {
+          lead: [],
+          rows: [1, 6] as [number, number],
+          cols: [124, 127] as [number, number],
+          op: [[0.5, 0.25, 0.125], [0.5, 0.25, 0.1], [0.5, 0.25, 0.2], [0.5, 0.25, "nan"], [0.5, 0.25, 0.3]],
+          ref: [[0.5, 0.25, 0.5], [0.5, 0.25, 0.5], [0.5, 0.25, 0.5], [0.5, 0.25, 0.5], [0.5, 0.25, 0.5]],
+          bad: [[0, 0, 1], [0, 0, 1], [0, 0, 1], [0, 0, 1], [0, 0, 1]],
+        },
+      },
+    };
+    const d = failureDiff(win)!;
+    const exp = d.expected.split("\n");
+    const act = d.actual.split("\n");
+    assert.equal(exp.length, act.length, "line for line");
+    assert.ok(exp.includes("# failing elements of result: every row; the last 3 of 127 columns: a tail"), d.expected);
+    assert.ok(exp.includes("# around the worst element: result[1:6, 124:127] (* off tolerance, [ ] the worst)"), d.expected);
+    // a row per line, named by its index; the same columns on both sides; the tail marked in every row
+    const rows = act.filter((l) => l.startsWith("result[") && l.includes(", 124:127]"));
+    assert.equal(rows.length, 5, d.actual);
+    assert.match(rows[0], /^result\[1, 124:127\]\s+0\.5\s+0\.25\s+0\.125\*$/);
+    assert.match(rows[2], /\s\[0\.2\*\]$/, "the worst element [3, 126], bracketed");
+    assert.match(rows[3], /\sNaN\*$/, "a NaN as NaN");
+    assert.match(exp[exp.indexOf(rows[2].replace("0.2*", "0.5*"))] ?? "", /\[0\.5\*\]$/, "the reference's side");
+    assert.ok(rows.every((l) => l.endsWith("*") || l.endsWith("*]")), "the last column off tolerance in each row");
+    assert.deepEqual(
+      exp.filter((l) => l.startsWith("result[") && l.includes(", 124:127]")).map((l) => l.length),
+      rows.map((l) => l.length),
+      "columns line up",
+    );
+  });
+
+  it("badge: failed cases and the diagnosis' condition, short; the first failure's kind without one", () => {
+    assert.equal(conditionText("fails iff N % 128 != 0 (9/9 failing, 0/7 passing); padding read"), "N % 128 != 0");
+    assert.equal(conditionText("fails only if N is not a power of two"), "N is not a power of two");
+    assert.equal(conditionText("fails once N exceeds 2048: state carried across blocks of N is lost"), "fails once N exceeds 2048");
+    assert.equal(conditionText(""), undefined);
+    const s = { ...states.failed, failedCases: 9, cases: 16, diagnosis: "fails iff N % 128 != 0 (9/9 failing)" };
+    assert.equal(badgeText(s), "9/16 failed: N % 128 != 0");
+    assert.equal(badgeText({ ...s, diagnosis: "", failures: [{ ...base, kind: "unexpected_nan" }] }), "9/16 failed: NaN where the reference is finite");
+  });
+
   it("puts each failing case in a child with its own message and diff; passing clears them", () => {
     const o = stateToOutcome({ ...states.failed, failures: [f, { ...base, seed: 77 }] });
     assert.deepEqual(
@@ -382,7 +468,8 @@ describe("failing cases: messages, diff, children", () => {
       ],
     );
     assert.ok(o.cases![0].message.diff);
-    assert.ok(o.messages[0].diff, "the op's first message carries the diff too");
+    assert.equal(o.messages[0].diff, undefined, "the op's summary: the badge's text");
+    assert.ok(o.messages[1].diff, "the op's first case carries the diff too");
     assert.deepEqual(stateToOutcome(states.passed).cases, []);
     assert.equal(caseKey("/w::op:a", 12), "/w::op:a::seed:12");
     assert.deepEqual(parseCaseKey("/w::op:a::seed:12"), { opKey: "/w::op:a", seed: 12 });
@@ -424,5 +511,17 @@ describe("reproductions", () => {
     assert.deepEqual(t, { workspace: "/w", op: "a", seed: 3, minimizedShapes: { x: [1, 1] } });
     const none = failureTarget({ source: "gpuemu", message: "", data: { op: "a", seed: 3, minimized: null } });
     assert.deepEqual(none, { workspace: undefined, op: "a", seed: 3 });
+  });
+});
+
+describe("clientLogLevel (the log's levels)", () => {
+  it("keeps Python's level of a server log line, and a routine restart out of the errors", () => {
+    assert.equal(clientLogLevel("WARNING:gpuemu-ls:showDocument failed: x", false), "warn");
+    assert.equal(clientLogLevel("INFO:pygls.server:Shutting down the server", false), "info");
+    assert.equal(clientLogLevel("ERROR:gpuemu-ls:job x failed", false), "error");
+    assert.equal(clientLogLevel("Traceback (most recent call last):", true), "error", "a traceback stays an error");
+    const closed = "Connection to server got closed. Server will not be restarted.";
+    assert.equal(clientLogLevel(closed, true), "info", "during a stop the extension asked for");
+    assert.equal(clientLogLevel(closed, false), "error", "a server that died");
   });
 });
