@@ -20,7 +20,7 @@ from typing import Any
 import html5lib
 import pytest
 from kit.browser import open_page, require_browser
-from kit.cli import gpuemu, out
+from kit.cli import gpuemu, jdoc, out
 from kit.ops import NUMPY_OPS, SOFTMAX_REF, op_toml, project_toml
 from kit.workspace import write_ws
 
@@ -145,6 +145,16 @@ def test_the_page_shows_the_numbers_of_the_json_document(run: Run) -> None:
     for f in (e for e in run.doc["ops"] if e["failures"]):
         for case in f["failures"][:3]:
             assert case["replay"] in run.html  # the replay commands, verbatim
+
+
+def test_a_report_from_the_store_has_the_runs_tiers(run: Run) -> None:
+    """`gpuemu report` rebuilds the document from the store: its tier counts are the run's own."""
+    proc = gpuemu("report", "--format", "json", cwd=run.ws)
+    assert proc.returncode == 1, out(proc)
+    stored = {e["name"]: e["stats"] for e in jdoc(proc)["ops"]}
+    for e in run.doc["ops"]:
+        keys = ("out_of_range", "out_of_range_cases", "suspect_nan", "suspect_cases", "suspect_inf_cases")
+        assert {k: stored[e["name"]][k] for k in keys} == {k: e["stats"][k] for k in keys}, e["name"]
 
 
 def test_the_run_facts_are_the_documents_provenance(run: Run) -> None:

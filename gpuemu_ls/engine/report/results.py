@@ -528,7 +528,11 @@ def document_from_store(
                     "elapsed": round(row["duration"] or 0.0, 4),  # as the document of the run itself
                     "stopped": detail.get("stopped"),
                     "setup_error": detail.get("setup_error"),
-                    "stats": {k: row[k] for k in ("max_abs", "max_rel", "max_ulp", "max_ratio")},
+                    # the tier counts of verdicts stored since they were kept (earlier ones: the errors alone)
+                    "stats": {
+                        **{k: row[k] for k in ("max_abs", "max_rel", "max_ulp", "max_ratio")},
+                        **detail.get("counts", {}),
+                    },
                     "location": op_entry(config, op).to_dict(config.root),
                     "source": src.to_dict(config.root) if src else None,
                     "reference_source": ref.to_dict(config.root) if ref else None,

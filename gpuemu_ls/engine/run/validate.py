@@ -644,9 +644,21 @@ def _grants(
     return allocate(demands, left_of_cap, left * side_by_side, left)
 
 
+#: The op's case counts by tier beside its largest errors (``OpOutcome.stats``), kept in the stored verdict.
+TIER_COUNTS = (
+    "out_of_range",
+    "out_of_range_cases",
+    "suspect_nan",
+    "suspect_cases",
+    "suspect_inf_cases",
+    "nonfinite_cases",
+)
+
+
 def store_verdict(store: Store, run_id: str, outcome: OpOutcome, mode: str, **detail: Any) -> None:
     """Record ``outcome`` as the op's verdict in run ``run_id``: counts, stats, message, diagnosis, and in its
     detail what stopped it, its condition, budget and timing (``detail``: more keys, e.g. the API's source)."""
+    stats = outcome.stats()
     store.add_op_result(
         run_id,
         outcome.op,
@@ -656,7 +668,7 @@ def store_verdict(store: Store, run_id: str, outcome: OpOutcome, mode: str, **de
         passed=outcome.count("passed"),
         failed=outcome.count("failed"),
         errors=outcome.count("error"),
-        stats=outcome.stats(),
+        stats=stats,
         duration=outcome.elapsed,
         message=outcome.message,
         diagnosis=outcome.diagnosis,
@@ -669,6 +681,7 @@ def store_verdict(store: Store, run_id: str, outcome: OpOutcome, mode: str, **de
             "budget": outcome.budget,
             "timing": outcome.timing(),
             "edge_cases": len(outcome.edges),
+            "counts": {k: stats[k] for k in TIER_COUNTS},  # a stored report's tiers
             "plan": max((c.spec.plan for c in outcome.cases), default=0),  # the plan version its seeds name
             "reason": not_judged_reason(outcome.cases) if outcome.status == "not_judged" else None,
             **detail,
