@@ -25,6 +25,7 @@ from kit.ops import NUMPY_OPS, SOFTMAX_REF, op_toml, project_toml
 from kit.workspace import write_ws
 
 from gpuemu_ls.engine.config.load import load_config
+from gpuemu_ls.engine.oracle.outcome import TIER_COUNTS
 from gpuemu_ls.engine.report.provenance import canonical_json, config_settings, git_state, sha256
 
 #: exception text from the user's world: markup that must arrive as text, and characters HTML text cannot hold
@@ -153,8 +154,7 @@ def test_a_report_from_the_store_has_the_runs_tiers(run: Run) -> None:
     assert proc.returncode == 1, out(proc)
     stored = {e["name"]: e["stats"] for e in jdoc(proc)["ops"]}
     for e in run.doc["ops"]:
-        keys = ("out_of_range", "out_of_range_cases", "suspect_nan", "suspect_cases", "suspect_inf_cases")
-        assert {k: stored[e["name"]][k] for k in keys} == {k: e["stats"][k] for k in keys}, e["name"]
+        assert {k: stored[e["name"]][k] for k in TIER_COUNTS} == {k: e["stats"][k] for k in TIER_COUNTS}, e["name"]
 
 
 def test_the_run_facts_are_the_documents_provenance(run: Run) -> None:

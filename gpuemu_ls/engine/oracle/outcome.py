@@ -111,6 +111,18 @@ class CaseResult:
         }
 
 
+#: An op's counts of out-of-range elements, suspect NaN/inf and non-finite failures (``OpOutcome.stats``): what
+#: a report shows of its tiers besides bugs and edge findings, kept with a stored verdict too.
+TIER_COUNTS = (
+    "out_of_range",
+    "out_of_range_cases",
+    "suspect_nan",
+    "suspect_cases",
+    "suspect_inf_cases",
+    "nonfinite_cases",
+)
+
+
 @dataclass
 class OpOutcome:
     """An op's verdict over its cases."""
@@ -148,19 +160,7 @@ class OpOutcome:
     def stats(self) -> dict[str, Any]:
         """Largest errors over the cases, and the counts every face shows besides passes and failures."""
         out: dict[str, Any] = dict.fromkeys(("max_abs", "max_rel", "max_ulp", "max_ratio"))
-        counts = dict.fromkeys(
-            (
-                "out_of_range",
-                "out_of_range_cases",
-                "suspect_nan",
-                "suspect_cases",
-                "suspect_inf_cases",
-                "nonfinite_cases",
-                "edge_cases",
-                "judged",
-            ),
-            0,
-        )
+        counts = dict.fromkeys((*TIER_COUNTS, "edge_cases", "judged"), 0)
         for c in self.cases:
             st = c.stats()
             for key, value in st.items():

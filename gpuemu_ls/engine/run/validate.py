@@ -29,7 +29,7 @@ from ..config.keys import MAX_ITERATIONS, PLAN
 from ..config.model import Config, OpConfig
 from ..errors import StoreError, UsageError
 from ..oracle.diagnose import diagnose
-from ..oracle.outcome import CaseResult, OpOutcome, not_judged_reason, op_status
+from ..oracle.outcome import TIER_COUNTS, CaseResult, OpOutcome, not_judged_reason, op_status
 from ..store.db import Store
 from ..store.prune import retain
 from .budgeted import BudgetedOp, allocate, cut_pool_of, default_cut_applies, full_estimate, resolve, work_cut
@@ -642,17 +642,6 @@ def _grants(
         return allocate(demands, left_of_cap, None, None)
     left = max(0.0, run_budget - (time.monotonic() - t0))
     return allocate(demands, left_of_cap, left * side_by_side, left)
-
-
-#: The op's case counts by tier beside its largest errors (``OpOutcome.stats``), kept in the stored verdict.
-TIER_COUNTS = (
-    "out_of_range",
-    "out_of_range_cases",
-    "suspect_nan",
-    "suspect_cases",
-    "suspect_inf_cases",
-    "nonfinite_cases",
-)
 
 
 def store_verdict(store: Store, run_id: str, outcome: OpOutcome, mode: str, **detail: Any) -> None:
