@@ -234,3 +234,9 @@ def test_redact_leaves_out_paths_and_host(run: Run) -> None:
     if len(host) >= 3:
         assert host not in text
     assert op_rows(tree(text)) == op_rows(tree(run.html))  # every number stays
+    # any format: the JSON document too, with every number as it was
+    proc = tables_only(run.ws, "report", "--input", "r.json", "--format", "json", "--redact")
+    redacted = jdoc(proc)
+    assert str(run.ws) not in proc.stdout and redacted["workspace"] == "<workspace>" and redacted["redacted"] is True
+    assert redacted["provenance"]["machine"]["host"] == "<host>"
+    assert [e["stats"] for e in redacted["ops"]] == [e["stats"] for e in run.doc["ops"]]
