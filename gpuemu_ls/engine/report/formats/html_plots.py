@@ -7,11 +7,12 @@ seconds; without matplotlib :func:`available` is False and the page shows its ta
 
 from __future__ import annotations
 
+import functools
 import io
 import math
 from collections import Counter
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from .html_data import Case
 
@@ -38,12 +39,26 @@ def available() -> bool:
     return True
 
 
-def _figure(width: float, height: float, **margins: float) -> Any:
-    import matplotlib
+#: The plots' own settings, in force while one is made (a caller's matplotlib settings are left as they were).
+STYLE = {"svg.fonttype": "none", "svg.hashsalt": "gpuemu", "font.size": 8, "axes.titlesize": 9, "figure.dpi": 72}
+F = TypeVar("F", bound=Callable[..., str])
 
-    matplotlib.rcParams.update(
-        {"svg.fonttype": "none", "svg.hashsalt": "gpuemu", "font.size": 8, "axes.titlesize": 9, "figure.dpi": 72}
-    )
+
+def _styled(fn: F) -> F:
+    """Run a figure function under :data:`STYLE` (``matplotlib.rc_context``): read when artists are made and
+    when the SVG is drawn."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> str:
+        import matplotlib
+
+        with matplotlib.rc_context(STYLE):
+            return fn(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _figure(width: float, height: float, **margins: float) -> Any:
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(width, height))  # fixed margins: a constrained layout measures every label, ~3x the time
@@ -60,6 +75,7 @@ def _svg(fig: Any) -> str:
     return text[text.index("<svg") :]  # the XML declaration and DOCTYPE belong to a file, not to an image
 
 
+@_styled
 def op_figure(name: str, cases: list[Case], worst: dict[str, Any] | None, grid: list[list[float]] | None) -> str:
     """One failing op on four panels: pass and fail over two dims, over dtype x layout x distribution, the
     cases' error-to-tolerance distribution, and where in the worst case's output the errors lie."""
@@ -157,6 +173,7 @@ def _map_panel(ax: Any, worst: dict[str, Any] | None, grid: list[list[float]] | 
     )
 
 
+@_styled
 def summary_figure(summary: dict[str, Any], op_ratios: list[float | None]) -> str:
     """The run at a glance: ops per verdict, and each op's largest error against its tolerance."""
     fig = _figure(10, 2.8, bottom=0.18)
@@ -172,6 +189,7 @@ def summary_figure(summary: dict[str, Any], op_ratios: list[float | None]) -> st
     return _svg(fig)
 
 
+@_styled
 def history_figure(history: list[dict[str, Any]]) -> str:
     """The op verdicts of the last stored runs, oldest left."""
     fig = _figure(10, 2.6, right=0.86, bottom=0.2)
@@ -189,6 +207,7 @@ def history_figure(history: list[dict[str, Any]]) -> str:
     return _svg(fig)
 
 
+@_styled
 def lint_figure(figures: list[tuple[str, float, float]]) -> str:
     """Each lint figure that has a limit, as a share of it: ``(label, value, limit)``; 1 is the limit."""
     fig = _figure(10, 0.6 + 0.22 * len(figures))
