@@ -143,7 +143,7 @@ def _lint_figures(doc: dict[str, Any]) -> list[tuple[str, float, float]]:
 
 def _tiers(e: dict[str, Any]) -> dict[str, Any]:
     """An op's cases by tier: a bug (a failing case), an edge finding, out of range, suspect (NaN/inf both
-    sides could explain); None where the document does not count it (stored results carry no tier counts)."""
+    sides could explain); None where the document does not count it (verdicts stored before it kept them)."""
     st = e.get("stats") or {}
     suspect = None
     if "suspect_cases" in st:
