@@ -190,8 +190,8 @@ class GpuemuExtension implements vscode.Disposable {
   /** Reproduce/minimize requests in flight: their result messages are shown by the extension, once. */
   private commandsInFlight = 0;
   private readonly notices = new Notices();
-  /** A stop this extension asked for (a restart, a settings change) is under way: its log lines are routine. */
-  private stopping = false;
+  /** Clients this extension stopped (a restart, a settings change): their closing is routine in the log. */
+  private readonly stopped = new WeakSet<LanguageClient>();
   /** The run in progress, so the status bar counts it up. */
   private readonly wave = new RunWave();
   private pythonListener: vscode.Disposable | undefined;
@@ -386,6 +386,7 @@ class GpuemuExtension implements vscode.Disposable {
       args: server.args,
       options: { cwd: server.cwd, env: { ...process.env, PYTHONUNBUFFERED: "1", ...(server.env ?? {}) } },
     };
+    let self: LanguageClient | undefined; // the client below: its log channel asks whether we are stopping it
     const clientOptions: LanguageClientOptions = {
       documentSelector: [
         { scheme: "file", language: "python" },
@@ -394,7 +395,7 @@ class GpuemuExtension implements vscode.Disposable {
         { scheme: "file", pattern: "**/gpuemu.toml" },
       ],
       initializationOptions: this.settings(),
-      outputChannel: clientChannel(this.output, () => this.stopping),
+      outputChannel: clientChannel(this.output, () => self !== undefined && this.stopped.has(self)),
       traceOutputChannel: this.trace,
       diagnosticCollectionName: "gpuemu",
       errorHandler: {
@@ -428,6 +429,7 @@ class GpuemuExtension implements vscode.Disposable {
       },
     };
     const client = new LanguageClient("gpuemu", "gpuemu-ls", serverOptions, clientOptions);
+    self = client;
     // The server advertises gpuemu.reproduce, gpuemu.runOp, ... as executeCommand commands. The
     // extension registers those command ids itself (with pickers when called without arguments),
     // so the client must not register them a second time.
@@ -460,7 +462,7 @@ class GpuemuExtension implements vscode.Disposable {
     client.onDidChangeState((e) => {
       this.updateStatus();
       if (e.newState === State.Stopped) {
-        if (this.stopping) this.output.info("gpuemu-ls stopped");
+        if (this.stopped.has(client)) this.output.info("gpuemu-ls stopped");
         else this.output.warn("gpuemu-ls stopped");
       }
     });
@@ -486,14 +488,11 @@ class GpuemuExtension implements vscode.Disposable {
     const client = this.client;
     this.client = undefined;
     if (client) {
-      this.stopping = true;
+      this.stopped.add(client);
       try {
         await client.stop(5000);
       } catch (err) {
         this.output.warn(`stopping gpuemu-ls: ${String(err)}`);
-      } finally {
-        // the connection's close may come just after stop() returns: still part of this stop
-        setTimeout(() => (this.stopping = false), 2000);
       }
     }
   }
