@@ -30,7 +30,8 @@
  *      server restarts when the setting is fixed, the message withdrawn
  *  11. Install, for a server command in a fresh virtual environment, runs `pip install <checkout>` into
  *      that environment's Python as a task and then starts the server it installed; no notice stays
- *  12. untrusted: configuration diagnostics only, nothing runs; a "did you mean" quick fix applies it
+ *  12. untrusted: configuration diagnostics only, nothing runs; a "did you mean" quick fix applies it; a
+ *      broken gpuemu.toml shows in the Testing view as "gpuemu.toml:LINE:COL: ...", not by absolute path
  *
  * Environment: CODE_SERVER_DIR (install dir of tools/install-code-server.sh), GPUEMU_E2E_SERVER
  * (gpuemu-ls, default: the repo's .venv/bin/gpuemu-ls), GPUEMU_E2E_VSIX (default: gpuemu.vsix),
@@ -1185,7 +1186,29 @@ async function main(): Promise<number> {
       if (fs.existsSync(path.join(ws2, ".gpuemu", "repro"))) throw new Error("workspace code ran (a reproduction was written)");
       await shot(page2, "7-untrusted.png");
       const status = (await page2.locator(".statusbar-item", { hasText: "gpuemu" }).first().innerText()).trim();
-      return `status bar: ${status}; problems: ${unknown.slice(0, 160)}; quick fix applied: ${fixed?.trim()}`;
+      // saved, the broken gpuemu.toml (the key is there twice now) shows in the Testing view under its workspace
+      // as "gpuemu.toml:LINE:COL: ...", not as an item named by the file's absolute path
+      await page2.keyboard.press("Control+S");
+      await command(page2, "View: Show Testing");
+      const tests2 = page2.locator(".test-explorer");
+      await tests2.waitFor({ state: "visible", timeout: 20_000 });
+      let rowsSeen: string[] = [];
+      const tomlError = await waitFor(
+        "the gpuemu.toml error in the Testing view",
+        async () => {
+          const wsRow = tests2.locator(".monaco-list-row", { hasText: "buggy" }).first();
+          if ((await wsRow.count()) && (await wsRow.getAttribute("aria-expanded")) === "false") await wsRow.locator(".monaco-tl-twistie").click();
+          rowsSeen = (await tests2.locator(".monaco-list-row").allInnerTexts()).map((t) => t.replace(/\s+/g, " ").trim());
+          return rowsSeen.find((t) => /gpuemu\.toml:\d+/.test(t) || t.includes(ws2));
+        },
+        30_000,
+        500,
+      ).catch((err) => {
+        throw new Error(`${String(err)}; rows: ${rowsSeen.join(" | ")}`);
+      });
+      if (tomlError.includes(ws2) || !/^gpuemu\.toml:\d+:\d+: /.test(tomlError)) throw new Error(`the toml error reads '${tomlError}'`);
+      await shot(page2, "7b-toml-error-in-testing.png");
+      return `status bar: ${status}; problems: ${unknown.slice(0, 160)}; quick fix applied: ${fixed?.trim()}; Testing: ${tomlError.slice(0, 160)}`;
     });
   } finally {
     if (browser) await browser.close().catch(() => undefined);
