@@ -16,6 +16,8 @@ import tomllib
 from lspkit import FAST, TINY_HEADER, GpuemuClient, apply_text_edits, line_of, tiny_op, uri_of
 from lsprotocol import types as lsp
 
+from gpuemu_ls.engine.config.keys import PLAN
+
 pytestmark = pytest.mark.asyncio
 
 OP, TWIN = "softmax_tail_mask", "softmax_tail_mask_ok"
@@ -89,8 +91,8 @@ async def test_pin_seed_edit_adds_only_the_seed(editor: Any, buggy_ws: Any) -> N
 
     old, new = tomllib.loads(before), tomllib.loads(after)
     ops = {o["name"]: o for o in new["ops"]}
-    # a case of the current plan (2) pins as { seed, plan } (a bare integer means its plan-1 case)
-    assert {"seed": seed, "plan": on_def.data["plan"]} in ops[OP]["seeds"] and on_def.data["plan"] == 2
+    # a case of the current plan pins as { seed, plan } (a bare integer means its plan-1 case)
+    assert {"seed": seed, "plan": on_def.data["plan"]} in ops[OP]["seeds"] and on_def.data["plan"] == PLAN
     assert "seeds" not in ops[TWIN]
     ops[OP].pop("seeds")
     assert new == old, "the pin edit changed more than the op's seeds"
