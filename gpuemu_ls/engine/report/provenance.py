@@ -70,6 +70,12 @@ def _plain(value: Any, root: Path) -> Any:
     return str(value)
 
 
+#: What the tree's state is read over: the workspace, without what running it writes there itself (Python's
+#: bytecode caches of the op modules the workers import, gpuemu's own folder): a repository that does not
+#: ignore them would otherwise read as dirty after every run, and a replay could confirm nothing.
+TREE = (".", ":(exclude,glob)**/__pycache__/**", ":(exclude,glob)**/*.pyc", ":(exclude,glob)**/.gpuemu/**")
+
+
 def git_state(root: Path) -> dict[str, Any] | None:
     """The commit checked out at ``root``, whether the tree differs from it, and a digest of the difference
     (``git diff HEAD`` in binary form, then the untracked files' names and contents, see
@@ -91,8 +97,8 @@ def git_state(root: Path) -> dict[str, Any] | None:
     head = git("rev-parse", "--verify", "HEAD")
     if head is None:
         return None
-    status = git("status", "--porcelain=v1", "-z", "--untracked-files=all", "--", ".")
-    diff = git("diff", "HEAD", "--binary", "--no-color", "--no-ext-diff", "--", ".") or b""
+    status = git("status", "--porcelain=v1", "-z", "--untracked-files=all", "--", *TREE)
+    diff = git("diff", "HEAD", "--binary", "--no-color", "--no-ext-diff", "--", *TREE) or b""
     untracked = sorted(p[3:] for p in (status or b"").split(b"\0") if p.startswith(b"?? "))
     digest = hashlib.sha256(diff)
     for rel in untracked:
