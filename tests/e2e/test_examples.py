@@ -76,7 +76,7 @@ def test_bug_is_caught_and_twin_passes(buggy: dict, op: str) -> None:
     assert twin["cases"] == bad["cases"] > 0
 
 
-@pytest.mark.parametrize("seed", [1000, 5000, 9000])
+@pytest.mark.parametrize("seed", [1000, 9000])
 def test_quick_mode_catches_every_bug_too(tmp_path: Path, seed: int) -> None:
     """What the editor runs on save and a pull request's gate: 16 float32 cases of default and boundary
     shapes still catch every bug (size-1 and largest dims included) and pass every twin, whatever the seed,

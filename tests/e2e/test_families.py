@@ -26,7 +26,7 @@ except ModuleNotFoundError:  # Python 3.10
 
 ROOT = Path(__file__).resolve().parents[2]
 FAMILIES = ROOT / "examples" / "families"
-SEEDS = (0, 1000, 2000)
+SEEDS = (0, 1000)  # 2000 too until the suite neared CI's 40 minutes (a thorough run here is ~60 s)
 QUICK_SEED = 0
 
 

@@ -49,8 +49,9 @@ def _pow2(n: int) -> bool:
     return n > 0 and n & (n - 1) == 0
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
-@pytest.mark.parametrize("mode", ["thorough", "quick"])
+# thorough on two seeds and quick on a third (each run is 60-80 s of the suite's 2 cores; all six pairs ran
+# until the suite neared CI's 40 minutes: every pair passed then)
+@pytest.mark.parametrize(("mode", "seed"), [("thorough", 0), ("thorough", 1), ("quick", 2)])
 def test_correct_kernels_pass_and_every_twin_fails_where_its_bug_lives(tmp_path: Path, mode: str, seed: int) -> None:
     ws = copy_example("training", tmp_path / "training")
     args = ["test", "--format", "json", "--no-progress", "--seed", str(seed), "-j", "1"]
