@@ -968,6 +968,29 @@ async function main(): Promise<number> {
       return `explorer: ${labels.join(", ")}`;
     });
 
+    await step("gpuemu: Open Correctness Report shows the workspace's HTML report in a tab, failing op included", async () => {
+      await clearNotifications(page);
+      await command(page, "gpuemu: Open Correctness Report");
+      const tab = page.locator(".tab", { hasText: "gpuemu report:" }).first();
+      await tab.waitFor({ timeout: 120_000 });
+      // a webview is an iframe holding the page's own iframe
+      const body = page.frameLocator("iframe.webview").frameLocator("iframe#active-frame").locator("body");
+      const text = await waitFor(
+        "the report's page in the webview",
+        async () => {
+          const t = (await body.innerText({ timeout: 2_000 }).catch(() => "")).replace(/\s+/g, " ");
+          return t.includes("correctness report") && t.includes(OP) ? t : undefined;
+        },
+        60_000,
+        500,
+      );
+      await shot(page, "10b-report.png");
+      const errors = (await toasts(page)).filter((t) => /could not be built/.test(t));
+      if (errors.length) throw new Error(`the report failed: ${errors.join(" || ")}`);
+      await command(page, "View: Close Editor");
+      return `report tab open: ${text.slice(0, 160)}`;
+    });
+
     await step("calibrate a buggy op: progress while it runs, then one warning; the log has no error, nor after a restart", async () => {
       // variance_empty_split (NaN where N == 1): the cheapest buggy op of the workspace to calibrate
       const target = "variance_empty_split";
