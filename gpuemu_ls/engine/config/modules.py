@@ -39,11 +39,7 @@ def top_level_names(file: Path) -> dict[str, int] | None:
         st = file.stat()
     except OSError:
         return None
-    return _top_level_names(str(file), st.st_mtime_ns, st.st_size)
-
-
-def _top_level_names(filename: str, mtime_ns: int, size: int) -> dict[str, int] | None:
-    return _read(filename, mtime_ns, size)[0]
+    return _read(str(file), st.st_mtime_ns, st.st_size)[0]
 
 
 @functools.lru_cache(maxsize=4096)

@@ -153,7 +153,6 @@ def work_cut(
         reason = static
     else:
         reason = LAUNCHED if op.cost != "high" else f"{static}; {LAUNCHED}"
-    pool = pool if pool is not None else cut_pool_of(config, op, mode, specs)
     share = DEFAULT_WORK_SHARE[mode]
     accept, needs = _accept(config, op, mode, specs), needs_of(op, mode)
     return fit_work(op, specs, accept, needs, share, f"default, cost high: {reason}", model=model, pool=pool)
