@@ -39,11 +39,6 @@ MAX_WALK = 100_000
 MAX_DEPTH = 6
 
 
-def toml_completions(text: str, line: int, character: int, root: Path) -> list[lsp.CompletionItem]:
-    """The completion items at a position of a gpuemu.toml buffer of the workspace at ``root``."""
-    return toml_completion_list(text, line, character, root).items
-
-
 def toml_completion_list(text: str, line: int, character: int, root: Path) -> lsp.CompletionList:
     """The completion list at a position: incomplete where a workspace has more matching files than
     :data:`MAX_FILES` (the list then holds those matching what is typed, and the editor asks again)."""
@@ -157,7 +152,7 @@ def _headers(text: str, line: int, character: int) -> list[lsp.CompletionItem]:
     return items
 
 
-def _values(spot: Spot, cursor: lsp.Position, root: Path, found: _Found | None = None) -> list[lsp.CompletionItem]:
+def _values(spot: Spot, cursor: lsp.Position, root: Path, found: _Found) -> list[lsp.CompletionItem]:
     table, key = spot.schema, spot.key
     if table is None:
         return []
@@ -222,9 +217,9 @@ def module_name(root: Path, file: Path) -> str:
     return ".".join(parts)
 
 
-def _functions(root: Path, found: _Found | None = None) -> list[tuple[str, str, lsp.CompletionItemKind, str]]:
+def _functions(root: Path, found: _Found) -> list[tuple[str, str, lsp.CompletionItemKind, str]]:
     out = []
-    files = (found or _Found("")).files(root, (".py",), lambda f: module_name(root, f))
+    files = found.files(root, (".py",), lambda f: module_name(root, f))
     for file in files:
         mod = module_name(root, file)
         if not mod or not all(p.isidentifier() for p in mod.split(".")):
@@ -235,9 +230,7 @@ def _functions(root: Path, found: _Found | None = None) -> list[tuple[str, str, 
     return out
 
 
-def _files(
-    root: Path, suffixes: tuple[str, ...], found: _Found | None = None
-) -> list[tuple[str, str, lsp.CompletionItemKind, str]]:
+def _files(root: Path, suffixes: tuple[str, ...], found: _Found) -> list[tuple[str, str, lsp.CompletionItemKind, str]]:
     base = root.resolve()
-    files = (found or _Found("")).files(root, suffixes, lambda f: f.relative_to(base).as_posix())
+    files = found.files(root, suffixes, lambda f: f.relative_to(base).as_posix())
     return [(f.relative_to(base).as_posix(), "file", lsp.CompletionItemKind.File, "") for f in files]
