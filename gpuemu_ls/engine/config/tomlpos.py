@@ -46,8 +46,10 @@ class PositionIndex:
         if self._text is not None:
             with self._lock:
                 if self._text is not None:
-                    text, self._text = self._text, None
-                    _Scanner(text, self._scanned).run()
+                    try:
+                        _Scanner(self._text, self._scanned).run()
+                    finally:  # only now: another thread that sees no text to scan reads the whole scan
+                        self._text = None
         return self._scanned
 
     def key(self, path: Path_) -> Span | None:

@@ -295,8 +295,7 @@ class Store:
             )
         elif self.schema == 0 and not self._tables():
             raise self._damaged("it holds no gpuemu tables", "read")
-        have = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'index'").fetchall()}
-        if any(ix[0] not in have for ix in READ_INDEXES):
+        if self._missing_indexes():
             # a store older than its read indexes, opened read-only: each op's failures are then read by a scan
             # of the run's cases (at 1,000 ops, a minute); the first run (or repair) that writes it builds them
             self.notes.append(
@@ -414,14 +413,17 @@ class Store:
         """The indexes every read a face makes needs, and the pins table, on stores made before they existed
         (built on the first open for writing; no schema bump, so older versions keep reading and writing the
         store)."""
-        have = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'index'").fetchall()}
-        missing = [ix for ix in READ_INDEXES if ix[0] not in have]
+        missing = self._missing_indexes()
         pins = bool(self.db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'pins'").fetchone())
         if missing or not pins:
             with self._write():
                 for index in missing:
                     self.db.execute(_index_sql(*index))
                 self.db.execute(PINS_SQL)
+
+    def _missing_indexes(self) -> list[tuple[str, str, tuple[str, ...]]]:
+        have = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'index'").fetchall()}
+        return [ix for ix in READ_INDEXES if ix[0] not in have]
 
     # --- pins --------------------------------------------------------------------------------
     def pinned_runs(self) -> dict[str, str]:
