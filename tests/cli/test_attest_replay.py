@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
+import numpy
 import pytest
 from kit.attest import sign, stored_report, write_keypair
 from kit.cli import gpuemu, out
@@ -97,30 +100,56 @@ def test_replay_asks_before_running_code(signed: dict[str, Path]) -> None:
     assert "pass --yes" in done.stderr and "confirmed" not in done.stdout
 
 
-def test_a_kernel_changed_at_the_recorded_commit_is_contradicted(signed: dict[str, Path], tmp_path: Path) -> None:
-    """The passing run's report, re-signed naming a commit whose op good is broken (the recorded commit amended:
-    same parents and message, another ops.py): a replay runs that code and contradicts every verdict of good."""
+def _amended(signed: dict[str, Path], folder: Path, edit: Callable[[dict], None] = lambda prov: None) -> str:
+    """The passing run's report in ``folder``, re-signed naming a commit whose op good is broken (the recorded
+    commit amended: same parents and message, another ops.py) and with its provenance changed by ``edit``."""
     repo = signed["repo"]
     blob = _git(repo, "hash-object", "-w", "--stdin", stdin=OPS_BROKEN)
-    index = tmp_path / "index"  # the commit is built beside the checkout: the repository's files stay as they are
+    index = folder.parent / "index"  # the commit is built beside the checkout: the repository's files stay as they are
     _git(repo, "read-tree", "HEAD", index=index)
     _git(repo, "update-index", "--cacheinfo", f"100644,{blob},pass/ops.py", index=index)
     amended = _git(repo, "commit-tree", _git(repo, "write-tree", index=index), "-m", "ops")
     assert amended != _git(repo, "rev-parse", "HEAD")
-    folder = tmp_path / "report"
     folder.mkdir()
     source = signed["pass"].parent
     for name in ("R.html", "R.json"):
         (folder / name).write_bytes((source / name).read_bytes())
     doc = json.loads((folder / "R.json").read_text(encoding="utf-8"))
     doc["provenance"]["git"]["commit"] = amended
-    doc["provenance"]["machine"]["python"] = "3.9.0"  # and an older interpreter: said, not judged
+    edit(doc["provenance"])
     (folder / "R.json").write_text(json.dumps(doc), encoding="utf-8")
     sign([folder / "R.html", folder / "R.json"], signed["key"])
-    done = gpuemu("verify", str(folder / "R.json"), "--key", str(signed["pub"]), "--replay", "--yes",
-                  cwd=repo / "pass")  # fmt: skip
+    return amended
+
+
+def _replay(signed: dict[str, Path], folder: Path) -> subprocess.CompletedProcess[str]:
+    return gpuemu("verify", str(folder / "R.json"), "--key", str(signed["pub"]), "--replay", "--yes",
+                  cwd=signed["repo"] / "pass")  # fmt: skip
+
+
+def test_a_kernel_changed_at_the_recorded_commit_is_contradicted(signed: dict[str, Path], tmp_path: Path) -> None:
+    """Replayed with the recorded Python and library versions, that commit's broken op good contradicts every
+    verdict of good."""
+    amended = _amended(signed, tmp_path / "report")
+    done = _replay(signed, tmp_path / "report")
     assert done.returncode == 1, out(done)
     assert f"replay: commit {amended}" in done.stdout
     assert "op good: 0 confirmed, 3 contradicted" in done.stdout, out(done)
     assert "CONTRADICTED seed 0: recorded passed, replayed failed" in done.stdout, out(done)
-    assert "note: recorded with Python 3.9.0, replayed with" in done.stdout
+    assert f"note: Python, libraries and platform as recorded: Python {platform.python_version()}, " in done.stdout
+
+
+def test_other_library_versions_make_a_difference_not_reproducible_here(
+    signed: dict[str, Path], tmp_path: Path
+) -> None:
+    """The same broken commit, recorded with another numpy: the difference may be numpy's, not the kernel's."""
+
+    def older_numpy(prov: dict) -> None:
+        prov["libraries"]["numpy"] = "1.0.0"
+
+    _amended(signed, tmp_path / "report", older_numpy)
+    done = _replay(signed, tmp_path / "report")
+    assert done.returncode == 1, out(done)  # nothing confirmed: the replay proves nothing here
+    differ = f"library versions differ: numpy 1.0.0 recorded, {numpy.__version__} here"
+    assert "op good: 0 confirmed, 0 contradicted, 3 not reproducible here" in done.stdout, out(done)
+    assert f"NOT REPRODUCIBLE HERE seed 0: recorded passed, replayed failed: {differ}; " in done.stdout, out(done)

@@ -174,6 +174,7 @@ def test_the_run_facts_are_the_documents_provenance(run: Run) -> None:
     assert shown["gpuemu.toml sha256"] == prov["toml_sha256"]
     assert shown["git commit"].startswith(prov["git"]["commit"]) and prov["git"]["diff_sha256"] in shown["git commit"]
     assert shown["seed"] == str(run.doc["seed"]) and shown["mode"] == run.doc["mode"] and shown["date"] == prov["date"]
+    assert f"numpy {prov['libraries']['numpy']}" in shown["libraries"].split(", ")  # what computed the numbers
 
 
 def test_a_changed_diff_changes_its_digest(run: Run) -> None:

@@ -71,6 +71,24 @@ def test_round_trip_says_what_it_proves(signed: Path, base: dict[str, Path]) -> 
     assert "the signer's claim" in text
     assert "config: matches" in text
     assert f"resolved settings sha256 {done.provenance['config_sha256'][:16]}" in text
+    import numpy
+
+    assert done.provenance["libraries"]["numpy"] == numpy.__version__
+    libraries = next(line for line in text.splitlines() if line.startswith("libraries: "))
+    assert libraries.startswith(f"libraries: Python {done.provenance['libraries']['python']}, ")
+    assert f"numpy {numpy.__version__}" in libraries.split(": ", 1)[1].split(", ")
+
+
+def test_a_report_made_before_library_versions_verifies_as_before(signed: Path, base: dict[str, Path]) -> None:
+    """A provenance record of version 1 (no ``libraries``), signed: verified, its versions said unrecorded."""
+    doc = json.loads((signed / "R.json").read_text(encoding="utf-8"))
+    del doc["provenance"]["libraries"]
+    doc["provenance"]["version"] = 1
+    (signed / "R.json").write_text(json.dumps(doc), encoding="utf-8")
+    attest([signed / "R.html", signed / "R.json"], load_signing_key(str(base["key"])))
+    done = verify(signed / "R.json", load_public_key(str(base["pub"])), load_config(base["ws"]))
+    text = "\n".join(describe(done))
+    assert "config: matches" in text and "libraries: not recorded (a report made before" in text
 
 
 @pytest.mark.parametrize("kind", ["p256", "p384"])

@@ -3,10 +3,14 @@
 
 from __future__ import annotations
 
+import platform
 from typing import Any
 
+import numpy
 import pytest
 
+from gpuemu_ls.engine.report.libraries import library_versions
+from gpuemu_ls.engine.tools.attest.environment import compare
 from gpuemu_ls.engine.tools.attest.replay import (
     CONFIRMED,
     CONTRADICTED,
@@ -74,3 +78,55 @@ def test_a_replay_passes_only_with_a_confirmed_case_and_no_contradiction() -> No
     assert Replay("c", ".", [ok, odd]).passed
     assert not Replay("c", ".", [odd]).passed  # nothing could be replayed: nothing is confirmed
     assert not Replay("c", ".", [ok, bad]).passed
+
+
+def _prov(**libraries: str | None) -> dict[str, Any]:
+    """A provenance record made here, with ``libraries`` changed (None: not installed then)."""
+    here = library_versions()
+    recorded = {k: v for k, v in {**here, **libraries}.items() if v is not None}
+    return {"machine": {"python": here["python"], "os": platform.platform(), "arch": platform.machine()},
+            "libraries": recorded}  # fmt: skip
+
+
+def test_a_difference_with_other_library_versions_is_not_reproducible_here() -> None:
+    env = compare(_prov(numpy="1.0.0"))
+    assert env.why == f"library versions differ: numpy 1.0.0 recorded, {numpy.__version__} here"
+    got = {"seed": 5, "status": "failed", "kind": "wrong_value", "message": "x"}
+    v = judge("op", 5, "passed", got, False, env.why)
+    assert v.verdict == NOT_HERE and v.why.startswith(
+        f"library versions differ: numpy 1.0.0 recorded, {numpy.__version__} here"
+    )
+    assert judge("op", 5, "failed", got, False, env.why).verdict == CONFIRMED  # the same verdict still confirms
+
+
+def test_the_same_versions_leave_a_contradiction_standing() -> None:
+    env = compare(_prov())
+    assert env.differences == [] and env.why is None
+    assert any(n.startswith("Python, libraries and platform as recorded") for n in env.notes())
+    got = {"seed": 5, "status": "failed", "kind": "wrong_value", "message": "x"}
+    assert judge("op", 5, "passed", got, False, env.why).verdict == CONTRADICTED
+
+
+def test_a_library_on_one_side_only_and_another_python_are_differences() -> None:
+    env = compare(_prov(python="3.9.0", cupy="13.0.0", numpy=None))
+    here = library_versions()
+    assert env.differences[0] == f"Python 3.9.0 recorded, {here['python']} here"
+    assert "cupy 13.0.0 recorded, not installed here" in env.differences
+    assert f"numpy not installed when recorded, {numpy.__version__} here" in env.differences
+
+
+def test_an_old_record_has_unknown_library_versions_and_says_so() -> None:
+    prov = _prov()
+    del prov["libraries"]
+    env = compare(prov)
+    assert not env.libraries_known and env.why is None  # unknown: a difference still reads as contradicted
+    assert any("records no library versions" in n for n in env.notes())
+    prov["machine"]["python"] = "3.9.0"  # its Python is recorded, though
+    assert compare(prov).why == f"library versions differ: Python 3.9.0 recorded, {platform.python_version()} here"
+
+
+def test_another_platform_is_said_as_such() -> None:
+    prov = _prov()
+    prov["machine"]["os"], prov["machine"]["arch"] = "Plan9-4", "mips"
+    here = f"{platform.platform().split('-')[0]} {platform.machine()}"
+    assert compare(prov).why == f"the platform differs: Plan9 mips recorded, {here} here"

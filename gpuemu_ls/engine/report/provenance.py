@@ -1,5 +1,6 @@
 """Where a run's results came from, as facts a reader (or a signature) can check: the configuration that was
-resolved, the gpuemu.toml bytes, the git commit and its uncommitted changes, the machine and the date.
+resolved, the gpuemu.toml bytes, the git commit and its uncommitted changes, the machine, the versions of
+Python and the libraries the ops could use (version 2), and the date.
 
 Hashes are sha256 hex digests. The resolved configuration is hashed as canonical JSON (sorted keys, no
 whitespace, paths relative to the workspace), so the same settings hash alike in any clone; source positions
@@ -21,9 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from ..config.model import Config
+from .libraries import library_versions
 
-#: The version of the ``provenance`` record inside the results document.
-PROVENANCE_VERSION = 1
+#: The version of the ``provenance`` record inside the results document (2: ``libraries`` added).
+PROVENANCE_VERSION = 2
 #: Config fields that say how the file was read (or where it lies), not what it configures.
 _NOT_SETTINGS = frozenset({"root", "path", "positions", "warnings"})
 GIT_TIMEOUT_S = 10.0
@@ -149,4 +151,5 @@ def collect(config: Config, *, when: float, of: str = "run") -> dict[str, Any]:
         "toml_sha256": toml_hash,
         "git": git_state(config.root),
         "machine": machine(),
+        "libraries": library_versions(),
     }

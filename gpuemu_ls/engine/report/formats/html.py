@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
+from ..libraries import shown
 from ..redact import redact as redact_document
 from . import html_plots as plots
 from .html_data import Case, CaseBook, open_casebook
@@ -99,6 +100,7 @@ def _run_facts(doc: dict[str, Any]) -> str:
             ", ".join(f"{machine[k]}" for k in ("host", "os", "arch") if machine.get(k))
             + (f", Python {machine['python']}, {machine.get('cpus')} CPUs" if machine.get("python") else ""),
         ),
+        ("libraries", shown(prov.get("libraries"))),
         ("date", prov.get("date") or _date(doc.get("created_at"))),
         ("provenance of", {"run": "the run", "report": "the workspace when this report was built"}.get(prov.get("of"))),
         ("elapsed", f"{doc['elapsed']:.2f} s" if isinstance(doc.get("elapsed"), (int, float)) else None),

@@ -1,6 +1,7 @@
 """``gpuemu verify --replay``: run the recorded seeds of the recorded ops again from a checkout of the recorded
 commit (inputs regenerated from (op, seed), that checkout's op code, never the stored snapshots) and say of
-each recorded verdict whether it is confirmed, contradicted, or not reproducible here."""
+each recorded verdict whether it is confirmed, contradicted, or not reproducible here (among the reasons: other
+Python or library versions than the recorded ones, see :mod:`.environment`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ import contextlib
 import hashlib
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -21,6 +21,7 @@ from typing import Any
 
 from ...errors import UsageError
 from . import AttestFailed
+from .environment import Environment, compare
 
 CONFIRMED, CONTRADICTED, NOT_HERE = "confirmed", "contradicted", "not reproducible here"
 #: the whole replay (every op's cases in one child process)
@@ -45,6 +46,7 @@ class Replay:
     workspace: str  # the workspace's folder in the repository ("." at its top)
     cases: list[CaseVerdict] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    environment: Environment | None = None
 
     def count(self, verdict: str) -> int:
         return sum(1 for c in self.cases if c.verdict == verdict)
@@ -121,7 +123,11 @@ def recorded_cases(doc: dict[str, Any]) -> tuple[dict[str, dict[str, Any]], list
     return plans, notes
 
 
-def judge(op: str, seed: int, recorded: str | None, got: dict[str, Any] | None, dirty: bool) -> CaseVerdict:
+def judge(
+    op: str, seed: int, recorded: str | None, got: dict[str, Any] | None, dirty: bool, environment: str | None = None
+) -> CaseVerdict:
+    """One case's verdict; ``environment`` says how Python, the libraries or the platform differ from the
+    recorded ones (None: as recorded, or not recorded), which makes a difference not reproducible here."""
     if recorded is None:
         return CaseVerdict(op, seed, "not listed", None, NOT_HERE, "the report lists only its first failures")
     if got is None:
@@ -134,6 +140,8 @@ def judge(op: str, seed: int, recorded: str | None, got: dict[str, Any] | None, 
         return CaseVerdict(op, seed, recorded, status, NOT_HERE, why)
     if dirty:
         return CaseVerdict(op, seed, recorded, status, NOT_HERE, "the recorded run had uncommitted changes; " + why)
+    if environment:
+        return CaseVerdict(op, seed, recorded, status, NOT_HERE, f"{environment}; {why}")
     return CaseVerdict(op, seed, recorded, status, CONTRADICTED, why)
 
 
@@ -161,14 +169,12 @@ def replay(doc: dict[str, Any], repo: Path, folder: str) -> Replay:
     if not commit:
         raise UsageError("the report records no git commit: there is nothing to check out and replay")
     plans, notes = recorded_cases(doc)
-    out = Replay(str(commit), folder, notes=notes)
+    env = compare(prov)
+    out = Replay(str(commit), folder, notes=notes, environment=env)
     dirty = bool(git.get("dirty"))
     if dirty:
         out.notes.append("the recorded run's tree had uncommitted changes: the commit is not exactly what ran")
-    machine = prov.get("machine") if isinstance(prov.get("machine"), dict) else {}
-    here = platform.python_version()
-    if machine.get("python") and machine["python"] != here:  # numpy, torch... are not recorded: this is a hint
-        out.notes.append(f"recorded with Python {machine['python']}, replayed with {here}: library versions may differ")
+    out.notes += env.notes()
     if prov.get("of") == "report":  # gpuemu report read the store later: the commit checked out then
         out.notes.append(
             "the commit was recorded when the report was built from the store, not when its runs ran; sign the "
@@ -193,7 +199,7 @@ def replay(doc: dict[str, Any], repo: Path, folder: str) -> Replay:
         got_op = answer["ops"].get(name) or {"error": "not run", "cases": []}
         by_seed = {int(c["seed"]): c for c in got_op["cases"]}
         for seed in p["seeds"]:
-            v = judge(name, seed, p["recorded"][seed], by_seed.get(seed), dirty)
+            v = judge(name, seed, p["recorded"][seed], by_seed.get(seed), dirty, env.why)
             if seed not in by_seed and got_op.get("error"):
                 v = CaseVerdict(name, seed, v.recorded, None, NOT_HERE, str(got_op["error"]))
             out.cases.append(v)
@@ -235,6 +241,13 @@ def to_dict(rep: Replay) -> dict[str, Any]:
         "commit": rep.commit,
         "workspace": rep.workspace,
         "notes": rep.notes,
+        "environment": {
+            "differences": rep.environment.differences,
+            "libraries_recorded": rep.environment.libraries_known,
+            "here": rep.environment.here,
+        }
+        if rep.environment
+        else None,
         "confirmed": rep.count(CONFIRMED),
         "contradicted": rep.count(CONTRADICTED),
         "not_reproducible": rep.count(NOT_HERE),

@@ -11,6 +11,7 @@ from typing import Any
 
 from ...config.model import Config
 from ...errors import UsageError
+from ...report.libraries import shown
 from ...safe_read import read_text
 from . import AttestFailed, dsse, statement
 from .keyless import BUNDLE_SUFFIX, KeylessPolicy, verify_bundle
@@ -185,6 +186,7 @@ def describe(v: Verified) -> list[str]:
         f"config: gpuemu.toml sha256 {_short(prov.get('toml_sha256'))}, "
         f"resolved settings sha256 {_short(prov.get('config_sha256'))}",
         *v.config,
+        f"libraries: {shown(prov.get('libraries')) or 'not recorded (a report made before gpuemu recorded them)'}",
         *when,
     ]
     if of:
