@@ -263,6 +263,7 @@ def build_parser() -> argparse.ArgumentParser:
     how.add_argument("--key", metavar="PEM", help="private key file, Ed25519 or ECDSA (default: $GPUEMU_SIGNING_KEY)")
     how.add_argument("--keyless", action="store_true", help="Sigstore with the CI job's OIDC identity: R.sigstore.json")
     p.add_argument("--output", metavar="FILE", help="the attestation (default: <report>.intoto.jsonl beside it)")
+    p.add_argument("--trust-config", metavar="FILE", help="--keyless: a private Sigstore instance's trust config")
 
     p = _command(sub, "verify", "check a signed report: signature, every digest, config; --replay re-runs it")
     p.add_argument("report", metavar="REPORT", help="R.intoto.jsonl or R.sigstore.json, or a report file beside it")
@@ -978,7 +979,8 @@ def cmd_attest(args: argparse.Namespace) -> int:
     from .engine.tools.attest.sign import attest
 
     key = None if args.keyless else load_signing_key(args.key)
-    signed = attest([Path(f) for f in args.files], key, args.output)
+    trust = Path(args.trust_config).expanduser() if args.trust_config else None
+    signed = attest([Path(f) for f in args.files], key, args.output, trust)
     print(f"signed {', '.join(str(s['name']) for s in signed.subjects)} with {signed.signer} -> {signed.path}")
     return EXIT_OK
 

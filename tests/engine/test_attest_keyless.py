@@ -1,7 +1,8 @@
 """Keyless (Sigstore) attestations verified offline by sigstore's real verifier against a pinned trusted root:
 a Sigstore instance of the tests' own issues the bundles (kit.sigstore_instance). The round trip says who signed
 and when the log recorded it; a foreign identity or issuer, a certificate not valid at the log's recorded time,
-another instance's bundle, tampering and the wrong kind of check are refused with their reason."""
+another instance's bundle, tampering and the wrong kind of check are refused with their reason. (Keyless signing,
+against the same instance served as Fulcio and Rekor: tests/cli/test_attest_keyless_signing.py.)"""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from kit.workspace import write_ws
 
 from gpuemu_ls.engine.errors import UsageError
 from gpuemu_ls.engine.tools.attest import AttestFailed, statement
-from gpuemu_ls.engine.tools.attest.keyless import KeylessPolicy, sign_keyless
+from gpuemu_ls.engine.tools.attest.keyless import KeylessPolicy
 from gpuemu_ls.engine.tools.attest.keys import load_public_key
 from gpuemu_ls.engine.tools.attest.verify import describe, verify
 
@@ -112,14 +113,6 @@ def test_tampering_is_refused(instance: dict[str, object], tmp_path: Path) -> No
     (tmp_path / "b" / "R.sigstore.json").write_text("{}", encoding="utf-8")
     with pytest.raises(AttestFailed, match="not a Sigstore bundle"):
         verify(bundle, _policy(instance))
-
-
-def test_keyless_signing_needs_an_oidc_identity(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Outside a CI job with an identity (no GitHub Actions token request variables), nothing is signed."""
-    for name in ("ACTIONS_ID_TOKEN_REQUEST_URL", "ACTIONS_ID_TOKEN_REQUEST_TOKEN", "SIGSTORE_ID_TOKEN"):
-        monkeypatch.delenv(name, raising=False)
-    with pytest.raises(UsageError, match="needs an OIDC identity"):
-        sign_keyless(b"{}")
 
 
 def test_the_cli_verifies_a_bundle_and_refuses_the_wrong_kind_of_check(

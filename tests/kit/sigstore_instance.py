@@ -2,7 +2,8 @@
 transparency log (Rekor v1), each with a disposable key made here. Its trusted root and the bundles it issues
 are checked by sigstore's real verifier offline, nothing mocked: what CI's keyless signing produces (a short-lived
 certificate for an OIDC identity, an SCT, a logged DSSE entry with its inclusion proof, checkpoint and signed
-entry timestamp), without Fulcio, Rekor or a network."""
+entry timestamp), without Fulcio, Rekor or a network. kit.sigstore_services serves the same instance over HTTP
+on localhost as Fulcio and Rekor, for sigstore's real signing client."""
 
 from __future__ import annotations
 
@@ -49,11 +50,29 @@ def _octet_string(data: bytes) -> bytes:
     return b"\x04" + length + data
 
 
+def dsse_body(payload: bytes, envelope: str, signatures: list[str], pem: bytes) -> bytes:
+    """The canonical body of a Rekor v1 ``dsse`` entry: what the log stores, hashes and signs."""
+    import rfc8785
+
+    body = {
+        "kind": "dsse",
+        "apiVersion": "0.0.1",
+        "spec": {
+            "payloadHash": {"algorithm": "sha256", "value": hashlib.sha256(payload).hexdigest()},
+            "envelopeHash": {"algorithm": "sha256", "value": hashlib.sha256(envelope.encode()).hexdigest()},
+            "signatures": [{"signature": sig, "verifier": _b64(pem)} for sig in signatures],
+        },
+    }
+    return bytes(rfc8785.dumps(body))
+
+
 @dataclass
 class Instance:
     ca_key: Any = field(default_factory=lambda: ec.generate_private_key(ec.SECP256R1()))
     ct_key: Any = field(default_factory=lambda: ec.generate_private_key(ec.SECP256R1()))
     log_key: Any = field(default_factory=lambda: ec.generate_private_key(ec.SECP256R1()))
+    #: the CA is valid a year either side of this (the services sign now)
+    around: datetime = SIGNED_AT
 
     def __post_init__(self) -> None:
         name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "gpuemu test CA")])
@@ -64,8 +83,8 @@ class Instance:
             .issuer_name(name)
             .public_key(self.ca_key.public_key())
             .serial_number(1)
-            .not_valid_before(SIGNED_AT - timedelta(days=365))
-            .not_valid_after(SIGNED_AT + timedelta(days=365))
+            .not_valid_before(self.around - timedelta(days=365))
+            .not_valid_after(self.around + timedelta(days=365))
             .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
             .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
             .add_extension(x509.SubjectKeyIdentifier.from_public_key(self.ca_key.public_key()), critical=False)
@@ -102,13 +121,14 @@ class Instance:
             }
         )
 
-    def certificate(self, key: Any, identity: str, issuer: str, valid_from: datetime, valid_to: datetime) -> Any:
-        """A short-lived code-signing certificate for ``identity`` from ``issuer``, its SCT embedded."""
+    def certificate(self, public_key: Any, identity: str, issuer: str, valid_from: datetime, valid_to: datetime) -> Any:
+        """A short-lived code-signing certificate of ``public_key`` for ``identity`` from ``issuer``, its SCT
+        embedded."""
         builder = (
             x509.CertificateBuilder()
             .subject_name(x509.Name([]))
             .issuer_name(self.ca_name)
-            .public_key(key.public_key())
+            .public_key(public_key)
             .serial_number(x509.random_serial_number())
             .not_valid_before(valid_from)
             .not_valid_after(valid_to)
@@ -140,6 +160,22 @@ class Instance:
         assert cert.tbs_precertificate_bytes == tbs
         return cert
 
+    @property
+    def log_id(self) -> bytes:
+        return hashlib.sha256(_spki(self.log_key)).digest()
+
+    def checkpoint(self, size: int, root: bytes) -> str:
+        """The log's signed note on its tree of ``size`` entries with hash ``root``."""
+        note = f"{ORIGIN}\n{size}\n{_b64(root)}\n"
+        return note + f"\n\u2014 {ORIGIN} {_b64(self.log_id[:4] + _ecdsa(self.log_key, note.encode()))}\n"
+
+    def entry_timestamp(self, canonical: bytes, when: int, index: int) -> bytes:
+        """The signed entry timestamp: the log's promise that it logged ``canonical`` at ``when``."""
+        import rfc8785
+
+        promise = {"body": _b64(canonical), "integratedTime": when, "logID": self.log_id.hex(), "logIndex": index}
+        return _ecdsa(self.log_key, rfc8785.dumps(promise))
+
     def bundle(
         self,
         payload: bytes,
@@ -154,39 +190,23 @@ class Instance:
         """A Sigstore bundle (v0.3) of ``payload`` signed in a DSSE envelope by a fresh key certified for
         ``identity``, its entry logged at ``logged_at`` (the time the log records and signs)."""
         key = ec.generate_private_key(ec.SECP256R1())
-        cert = self.certificate(key, identity, issuer, valid_from, valid_to)
+        cert = self.certificate(key.public_key(), identity, issuer, valid_from, valid_to)
         kind = payload_type.encode()
         sig = _ecdsa(key, b"DSSEv1 %d %s %d %s" % (len(kind), kind, len(payload), payload))
         envelope = {"payload": _b64(payload), "payloadType": payload_type, "signatures": [{"sig": _b64(sig)}]}
         pem = cert.public_bytes(serialization.Encoding.PEM)
-        body = {
-            "kind": "dsse",
-            "apiVersion": "0.0.1",
-            "spec": {
-                "payloadHash": {"algorithm": "sha256", "value": hashlib.sha256(payload).hexdigest()},
-                "envelopeHash": {
-                    "algorithm": "sha256",
-                    "value": hashlib.sha256(json.dumps(envelope).encode()).hexdigest(),
-                },
-                "signatures": [{"signature": _b64(sig), "verifier": _b64(pem)}],
-            },
-        }
-        import rfc8785
-
-        canonical = rfc8785.dumps(body)
-        log_id = hashlib.sha256(_spki(self.log_key)).digest()
+        canonical = dsse_body(payload, json.dumps(envelope), [_b64(sig)], pem)
+        log_id = self.log_id
         leaf = hashlib.sha256(b"\x00" + canonical).digest()  # a one-entry tree: the root is the leaf
-        note = f"{ORIGIN}\n1\n{_b64(leaf)}\n"
-        checkpoint = note + f"\n\u2014 {ORIGIN} {_b64(log_id[:4] + _ecdsa(self.log_key, note.encode()))}\n"
+        checkpoint = self.checkpoint(1, leaf)
         when = int(logged_at.timestamp())
-        promise = rfc8785.dumps({"body": _b64(canonical), "integratedTime": when, "logID": log_id.hex(), "logIndex": 0})
         entry = {
             "logIndex": "0",
             "logId": {"keyId": _b64(log_id)},
             "kindVersion": {"kind": "dsse", "version": "0.0.1"},
             "integratedTime": str(when),
             "canonicalizedBody": _b64(canonical),
-            "inclusionPromise": {"signedEntryTimestamp": _b64(_ecdsa(self.log_key, promise))},
+            "inclusionPromise": {"signedEntryTimestamp": _b64(self.entry_timestamp(canonical, when, 0))},
             "inclusionProof": {
                 "logIndex": "0",
                 "rootHash": _b64(leaf),

@@ -112,31 +112,63 @@ def verify_bundle(text: str, policy: KeylessPolicy) -> KeylessSigned:
     return KeylessSigned(bytes(payload), policy.identity, policy.issuer, times)
 
 
-def sign_keyless(payload: bytes) -> str:
-    """The Sigstore bundle of ``payload`` signed with this CI job's OIDC identity (GitHub Actions with
-    ``id-token: write``): Fulcio certifies a fresh key, Rekor logs the signature. Needs the network."""
-    _need_sigstore()
-    from sigstore import dsse
-    from sigstore.errors import Error as SigstoreError
+def _trust_config(path: Path | None) -> Any:
+    """The Sigstore instance to sign with: ``--trust-config FILE`` (a private instance's trusted root and
+    signing config), else the public-good instance's, refreshed from its TUF repository."""
     from sigstore.models import ClientTrustConfig
+
+    if path is None:
+        return ClientTrustConfig.production()
+    if not path.is_file():
+        raise UsageError(f"--trust-config {path}: no such file")
+    try:
+        return ClientTrustConfig.from_json(path.read_text(encoding="utf-8"))
+    except Exception as exc:  # pydantic's or sigstore's own: either way not a client trust config
+        raise UsageError(f"--trust-config {path}: not a Sigstore client trust config ({type(exc).__name__})") from None
+
+
+def sign_keyless(payload: bytes, trust_config: Path | None = None) -> str:
+    """The Sigstore bundle of ``payload`` signed with this CI job's OIDC identity (GitHub Actions with
+    ``id-token: write``): Fulcio certifies a fresh key, Rekor logs the signature. Needs the network (or the
+    services ``trust_config`` names)."""
+    _need_sigstore()
+    import requests
+    from sigstore import dsse
+    from sigstore._internal.fulcio.client import FulcioClientError
+    from sigstore._internal.rekor import RekorClientError
+    from sigstore.errors import Error as SigstoreError
     from sigstore.oidc import IdentityError, IdentityToken, detect_credential
     from sigstore.sign import SigningContext
 
     try:
         token = detect_credential()
     except IdentityError as exc:
-        raise UsageError(f"--keyless: no OIDC identity here: {exc}") from None
+        raise UsageError(f"--keyless: no OIDC identity here: {_first_line(exc)}") from None
     if not token:
         raise UsageError(
             "--keyless needs an OIDC identity: a GitHub Actions job with `permissions: id-token: write` "
             "(elsewhere, sign with --key)"
         )
+    config = _trust_config(trust_config)
     try:
-        context = SigningContext.from_trust_config(ClientTrustConfig.production())
-        with context.signer(IdentityToken(token), cache=False) as signer:
+        context = SigningContext.from_trust_config(config)
+        # cache: one ephemeral key for the certificate request and the signature (without it, each use of the
+        # signer's key makes a new one, and the signature is not the certified key's)
+        with context.signer(IdentityToken(token), cache=True) as signer:
             return str(signer.sign_dsse(dsse.Statement(payload)).to_json())
-    except SigstoreError as exc:
-        raise UsageError(f"--keyless signing failed: {str(exc).splitlines()[0][:300]}") from None
+    except FulcioClientError as exc:
+        raise UsageError(f"--keyless signing failed: the certificate authority refused: {_first_line(exc)}") from None
+    except RekorClientError as exc:
+        raise UsageError(f"--keyless signing failed: the transparency log refused: {_first_line(exc)}") from None
+    except requests.RequestException as exc:
+        raise UsageError(f"--keyless signing failed: a Sigstore service is unreachable: {_first_line(exc)}") from None
+    except (SigstoreError, ValueError) as exc:  # an SCT that does not verify, a malformed answer
+        raise UsageError(f"--keyless signing failed: {_first_line(exc)}") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [*str(exc).splitlines(), *(str(exc.__cause__ or "").splitlines())]
+    return (next((ln for ln in lines if ln.strip()), "") or type(exc).__name__)[:300]
 
 
 __all__ = ["BUNDLE_SUFFIX", "GITHUB_ISSUER", "KeylessPolicy", "KeylessSigned", "sign_keyless", "verify_bundle"]

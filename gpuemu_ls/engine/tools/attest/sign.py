@@ -42,18 +42,23 @@ def envelope_path(files: list[Path], output: str | None, suffix: str = SUFFIX) -
     return folder / f"{stem}{suffix}"
 
 
-def attest(files: list[Path], key: SigningKey | None, output: str | None = None) -> Signed:
-    """Sign the statement over ``files`` with ``key`` (None: keyless, through Sigstore) and write the envelope
-    (``.intoto.jsonl``) or bundle (``.sigstore.json``) atomically: a failed write leaves none."""
+def attest(
+    files: list[Path], key: SigningKey | None, output: str | None = None, trust_config: Path | None = None
+) -> Signed:
+    """Sign the statement over ``files`` with ``key`` (None: keyless, through Sigstore, the instance
+    ``trust_config`` names or the public-good one) and write the envelope (``.intoto.jsonl``) or bundle
+    (``.sigstore.json``) atomically: a failed write leaves none."""
     if not files:
         raise UsageError("no report files given")
+    if trust_config is not None and key is not None:
+        raise UsageError("--trust-config is for keyless signing (--keyless), not --key")
     out = envelope_path(files, output, SUFFIX if key is not None else BUNDLE_SUFFIX)
     if out.resolve() in {f.resolve() for f in files}:
         raise UsageError(f"{out} is one of the report files")
     body = statement.build(files)
     payload = json.dumps(body, separators=(",", ":"), sort_keys=True).encode()
     if key is None:
-        text, signer = sign_keyless(payload), "a Sigstore certificate of this job's identity"
+        text, signer = sign_keyless(payload, trust_config), "a Sigstore certificate of this job's identity"
     else:
         sig = base64.b64encode(key.sign(pae(PAYLOAD_TYPE, payload))).decode()
         text = Envelope(PAYLOAD_TYPE, payload, [{"keyid": key.keyid, "sig": sig}]).to_json()
