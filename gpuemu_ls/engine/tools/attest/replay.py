@@ -177,8 +177,9 @@ def replay(doc: dict[str, Any], repo: Path, folder: str) -> Replay:
     out.notes += env.notes()
     if prov.get("of") == "report":  # gpuemu report read the store later: the commit checked out then
         out.notes.append(
-            "the commit was recorded when the report was built from the store, not when its runs ran; sign the "
-            "run's own JSON (gpuemu ci --format json) or report right after the run so that they are the same"
+            "the commit was recorded when the report was built from the store, not when its runs ran (and so were "
+            "the library versions); sign the run's own JSON (gpuemu ci --format json) or report right after the "
+            "run so that they are the same"
         )
     with checkout(repo, str(commit)) as tree:
         ws = tree / folder
