@@ -118,7 +118,10 @@ def _trust_config(path: Path | None) -> Any:
     from sigstore.models import ClientTrustConfig
 
     if path is None:
-        return ClientTrustConfig.production()
+        try:
+            return ClientTrustConfig.production()
+        except Exception as exc:  # TUF's or sigstore's own, with no network or a repository out of reach
+            raise UsageError(f"--keyless: cannot read Sigstore's trust config over TUF: {_first_line(exc)}") from None
     if not path.is_file():
         raise UsageError(f"--trust-config {path}: no such file")
     try:
