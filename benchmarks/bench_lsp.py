@@ -1,9 +1,11 @@
-"""Benchmarks 4-5: the language server through a real LSP client (pytest-lsp's, over stdio)."""
+"""Benchmarks 4, 5 and 15: the language server through a real LSP client (pytest-lsp's, over stdio)."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -181,4 +183,134 @@ def latency_while_validating(quick: bool) -> dict[str, Any]:
     return asyncio.run(_latency_while_validating(quick))
 
 
-BENCHMARKS = {4: save_to_diagnostics, 5: latency_while_validating}
+async def _under_load(quick: bool) -> dict[str, Any]:
+    """#15: what an editor waits for while every op of a 1,000-op workspace validates."""
+    from bench_tools import _bugged_workspace
+
+    n, rounds, edits = (200, 30, 3) if quick else (1000, 100, 5)
+    budget = 120.0 if quick else 300.0  # seconds of measuring at most: before the fix a round took up to 20 s
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:
+        root = _bugged_workspace(Path(tmp) / "ws", n)
+        buggy = [f"op{i:04d}" for i in range(0, n, 20)]
+        # the failing ops' results are stored first, so a failing op has a diagnostic (and code actions)
+        argv = [PYTHON, "-m", "gpuemu_ls", "test", "--quick", "--no-progress", "--iterations", "6"]
+        subprocess.run(argv + [a for op in buggy for a in ("--op", op)], cwd=root, capture_output=True, check=False)
+        client = await _client(root, {"mode": "quick", "iterations": 6, "runOnOpen": "off"})
+        toml = root / "gpuemu.toml"
+        text = toml.read_text()
+        client.text_document_did_open(
+            lsp.DidOpenTextDocumentParams(lsp.TextDocumentItem(toml.as_uri(), "toml", 1, text))
+        )
+        await asyncio.sleep(2.0)
+        opened_runs = len(client.states)  # opening gpuemu.toml with runOnOpen off: no op may start
+        lines = text.splitlines()
+        name_line = lines.index(f'name = "op{n // 2:04d}"')
+        module_line = name_line + 1
+        bug_src = root / "k0000.py"
+        run = asyncio.ensure_future(
+            client.protocol.send_request_async("gpuemu/runOps", {"ids": [f"op:op{i:04d}" for i in range(n)]})
+        )
+        while sum(1 for _, st in client.states if _state(st, "state") in ("passed", "failed")) < 3:
+            await asyncio.sleep(0.05)
+        lat: dict[str, list[float]] = {"hover": [], "completion": [], "code_action": [], "config_diagnostic": []}
+        done_at_start = len(client.states)
+        stop_at = time.perf_counter() + budget
+
+        async def timed_request(kind: str, coro: Any) -> Any:
+            t0 = time.perf_counter()
+            out = await coro
+            lat[kind].append(time.perf_counter() - t0)
+            return out
+
+        for i in range(rounds):
+            if time.perf_counter() > stop_at:
+                break
+            await timed_request(
+                "hover",
+                client.text_document_hover_async(
+                    lsp.HoverParams(lsp.TextDocumentIdentifier(toml.as_uri()), lsp.Position(name_line, 2))
+                ),
+            )
+            await timed_request(
+                "completion",
+                client.text_document_completion_async(
+                    lsp.CompletionParams(
+                        lsp.TextDocumentIdentifier(toml.as_uri()), lsp.Position(module_line, len('module = "'))
+                    )
+                ),
+            )
+            diags = client.diagnostics.get(bug_src.as_uri()) or []
+            if diags:
+                await timed_request(
+                    "code_action",
+                    client.text_document_code_action_async(
+                        lsp.CodeActionParams(
+                            lsp.TextDocumentIdentifier(bug_src.as_uri()),
+                            diags[0].range,
+                            lsp.CodeActionContext(diagnostics=list(diags)),
+                        )
+                    ),
+                )
+            if i % max(1, rounds // edits) == 0 and len(lat["config_diagnostic"]) < edits:
+                lat["config_diagnostic"].append(await _broken_config_diagnostic(client, toml, text, 2 * i + 2))
+            await asyncio.sleep(0.02)
+        running = not run.done()
+        ops_done = len(client.states) - done_at_start
+        run.cancel()
+        await client.shutdown_session()
+    p99 = {k: pct(v, 99) * 1e3 for k, v in lat.items()}
+    worst = max(p99.values())
+    return result(
+        15,
+        f"server p99 latencies under load: gpuemu.toml hover, `module = \"` completion, a failing op's code actions"
+        f" and a broken gpuemu.toml's diagnostic, while {n} ops validate (5 % buggy)",
+        worst,
+        "ms (worst p99)",
+        "p99 < 100 ms",
+        worst < 100 and running and opened_runs == 0,
+        **{f"{k}_p50_ms": round(median(v) * 1e3, 1) for k, v in lat.items()},
+        **{f"{k}_p99_ms": round(p99[k], 1) for k in lat},
+        samples={k: len(v) for k, v in lat.items()},
+        validation_still_running=running,
+        op_states_while_measuring=ops_done,
+        runs_started_by_opening_toml=opened_runs,
+        load_average=[round(x, 2) for x in os.getloadavg()],
+    )
+
+
+async def _broken_config_diagnostic(client: Any, toml: Path, text: str, version: int) -> float:
+    """Seconds from an edit that breaks gpuemu.toml to its error diagnostic (then the edit is undone)."""
+    uri = toml.as_uri()
+    broken = text.replace("[validation]\n", '[validation]\nseed = "not a number"\n', 1)
+    t0 = time.perf_counter()
+    client.text_document_did_change(
+        lsp.DidChangeTextDocumentParams(
+            lsp.VersionedTextDocumentIdentifier(version=version, uri=uri),
+            [lsp.TextDocumentContentChangeWholeDocument(broken)],
+        )
+    )
+    took = float("inf")
+    while time.perf_counter() - t0 < 60:
+        if any(d.severity == lsp.DiagnosticSeverity.Error for d in client.diagnostics.get(uri) or []):
+            took = time.perf_counter() - t0
+            break
+        await asyncio.sleep(0.002)
+    client.text_document_did_change(
+        lsp.DidChangeTextDocumentParams(
+            lsp.VersionedTextDocumentIdentifier(version=version + 1, uri=uri),
+            [lsp.TextDocumentContentChangeWholeDocument(text)],
+        )
+    )
+    t1 = time.perf_counter()
+    while time.perf_counter() - t1 < 60:
+        if not any(d.severity == lsp.DiagnosticSeverity.Error for d in client.diagnostics.get(uri) or []):
+            break
+        await asyncio.sleep(0.01)
+    return took
+
+
+def under_load(quick: bool) -> dict[str, Any]:
+    return asyncio.run(_under_load(quick))
+
+
+BENCHMARKS = {4: save_to_diagnostics, 5: latency_while_validating, 15: under_load}

@@ -27,7 +27,6 @@ LOG_LEVELS = ("error", "warning", "info", "log")
 class ServerOptions:
     trusted: bool = True  # workspace trust: while false, no workspace code runs (config diagnostics only)
     on_save: bool = True  # validate affected ops when a file is saved
-    on_open: bool = True  # validate affected ops without a fresh stored result when a file opens
     mode: str = "quick"  # quick | thorough, for validation on save
     iterations: int | None = None  # cases per op (default: the mode's)
     jobs: int = 1  # ops validated at once
@@ -38,7 +37,10 @@ class ServerOptions:
     code_actions: bool = True
     watch: str = "auto"  # auto: the client's file watching when offered, else a server-side watcher
     poll_store_seconds: float = 1.0  # how often to look for results written by other processes
-    run_on_open: str = "quick"  # quick: a workspace without stored results is validated once when it opens
+    #: whether opening starts runs, the one switch for it: quick: a workspace without stored results is validated
+    #: once when it opens, and a file opened validates its ops that have no result newer than it (gpuemu.toml:
+    #: its ops never validated); off: opening runs nothing. ``onOpen: false`` (its older, narrower name) is off.
+    run_on_open: str = "quick"
     log_level: str = "info"  # the least severe window/logMessage sent: error | warning | info | log
 
     def merged(self, raw: Any, *, initial: bool = False) -> tuple[ServerOptions, list[str]]:
@@ -70,9 +72,15 @@ class ServerOptions:
         aliases = {_camel(n): n for n in known}
         changes: dict[str, Any] = {}
         grants: list[bool] = []
+        older_off = False  # onOpen: false
         for layer in layers:
             for key, value in layer.items():
                 name = aliases.get(key, key)
+                if key == "onOpen":  # the older name: false still means nothing runs when a file opens
+                    if not isinstance(value, bool):
+                        problems.append(f"gpuemu option {key!r}: expected true or false, got {value!r}")
+                    older_off = older_off or value is False
+                    continue
                 if name == "trusted":
                     if isinstance(value, bool):
                         grants.append(value)
@@ -89,6 +97,8 @@ class ServerOptions:
                     problems.append(f"gpuemu option {key!r}: {error}; keeping {getattr(self, name)!r}")
                     continue
                 changes[name] = value
+        if older_off:
+            changes["run_on_open"] = "off"
         if distrust:
             changes["trusted"] = False
             problems += [f"{p}; the workspace is treated as untrusted (no workspace code runs)" for p in distrust]
@@ -138,7 +148,7 @@ def _camel(name: str) -> str:
     return head + "".join(p.title() for p in rest)
 
 
-_BOOLS = {"trusted", "on_save", "on_open", "lint", "hover", "code_lens", "code_actions"}
+_BOOLS = {"trusted", "on_save", "lint", "hover", "code_lens", "code_actions"}
 
 
 def _check(name: str, value: Any) -> str | None:

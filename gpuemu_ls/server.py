@@ -17,7 +17,7 @@ import signal
 import sys
 import threading
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +30,10 @@ from pygls.protocol.json_rpc import RPCRequest
 from ._version import __version__
 from .diagnostics.code_actions import COMMANDS
 from .diagnostics.diagnostics import workspace_diagnostics
+from .engine.config.blocks import around, changed_lines, renumbered
 from .engine.config.keys import CONFIG_NAME
-from .engine.config.load import find_workspace
+from .engine.config.load import find_workspace, load_config
+from .engine.errors import ConfigError
 from .engine.run.zygote import get_zygote
 from .engine.safe_read import read_text
 from .features.commands import command_handler, run_requested
@@ -41,6 +43,7 @@ from .features.registration import register_optional_features, setup_watching
 from .features.test_explorer import DISCOVER_OPS, OP_STATE, RUN_OPS, discover, op_state
 from .options import ServerOptions
 from .session.jobs import Job, JobRunner
+from .session.publisher import Publisher
 from .session.runlog import RunLog
 from .session.watcher import FileWatcher, StorePoller
 from .session.workspace import WorkspaceSession, find_roots
@@ -48,6 +51,8 @@ from .session.workspace import WorkspaceSession, find_roots
 log = logging.getLogger("gpuemu-ls")
 EXPERIMENTAL = {"gpuemu": {"discoverOps": True, "runOps": True, "opState": True, "protocolVersion": 1}}
 FIRST_RUN = "first run"
+#: The least time between two workspace/codeLens/refresh requests.
+LENS_REFRESH_S = 1.0
 #: The most verbose window/logMessage type each ``logLevel`` lets through.
 LOG_THRESHOLD = {"error": 1, "warning": 2, "info": 3, "log": 4}
 
@@ -143,6 +148,11 @@ class GpuemuServer(LanguageServer):
         self.jobs = JobRunner(self._job_event_from_thread)
         self.loop: asyncio.AbstractEventLoop | None = None
         self.published: dict[Path, set[Path]] = {}
+        self.sent: dict[Path, list[lsp.Diagnostic]] = {}  # what the client was last sent for each file
+        self.lens_refresh: asyncio.TimerHandle | None = None  # a lens refresh waiting for its turn
+        self.lens_refreshed = float("-inf")  # when the last one was asked for (the loop's clock)
+        self.edit_checker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpuemu-edit-check")
+        self.publisher = Publisher(lambda s: workspace_diagnostics(s, trusted=self.options.trusted), self._deliver)
         self.running: dict[tuple[Path, str], str] = {}
         self.tokens: dict[int, str] = {}
         self.token_jobs: dict[str, Job] = {}
@@ -232,29 +242,45 @@ class GpuemuServer(LanguageServer):
         return self._open_text(s.config_path) or read_text(s.config_path)
 
     # --- diagnostics ---------------------------------------------------------------------------
-    def publish(self, s: WorkspaceSession) -> None:
-        diags = workspace_diagnostics(s, trusted=self.options.trusted)
+    def publish(self, s: WorkspaceSession, *, reread: bool = False) -> Future[None]:
+        """Rebuild the workspace's diagnostics off the event loop (after rereading the store where ``reread``)
+        and send the files whose diagnostics changed; a burst of asks is one rebuild (session/publisher.py).
+        The future is done once they were sent (awaited on the loop, it resumes after them)."""
+        return self.publisher.request(s, reread=reread)
+
+    def _deliver(self, s: WorkspaceSession, diags: dict[Path, list[lsp.Diagnostic]], reread: bool) -> None:
+        self.post(self._send_diagnostics, s, diags)
+        if reread:
+            self.post(self._refresh_lenses)
+
+    def _send_diagnostics(self, s: WorkspaceSession, diags: dict[Path, list[lsp.Diagnostic]]) -> None:
         before = self.published.get(s.root, set())
         for path in set(diags) | before | {s.config_path}:  # gpuemu.toml always: tells the client a run ended
-            self.text_document_publish_diagnostics(
-                lsp.PublishDiagnosticsParams(uri=path.as_uri(), diagnostics=diags.get(path, []))
-            )
+            now = diags.get(path, [])
+            if path != s.config_path and self.sent.get(path) == now:
+                continue  # one op's run ended: the other 999 ops' files are not sent again
+            self.sent[path] = now
+            self.text_document_publish_diagnostics(lsp.PublishDiagnosticsParams(uri=path.as_uri(), diagnostics=now))
         self.published[s.root] = {p for p, d in diags.items() if d}
         if s.store_error and s.store_error != s.store_error_shown:  # a damaged or unreadable store: say so once
             s.store_error_shown = s.store_error
             self.message(f"gpuemu: {s.store_error}", lsp.MessageType.Error)
 
     def refresh_and_publish(self, s: WorkspaceSession) -> None:
-        """Reread the store off the event loop, then publish on it."""
-
-        def work() -> None:
-            s.refresh()
-            self.post(self.publish, s)
-            self.post(self._refresh_lenses)
-
-        threading.Thread(target=work, name="gpuemu-refresh", daemon=True).start()
+        """Reread the store and publish, both off the event loop."""
+        self.publish(s, reread=True)
 
     def _refresh_lenses(self) -> None:
+        """Ask the client to refresh its lenses, at most once a second with the last ask always honoured: each
+        refresh has the editor ask for every lens of gpuemu.toml again, 1,000 of them, as often as runs end."""
+        if self.lens_refresh is not None or self.loop is None:
+            return
+        wait = max(0.0, self.lens_refreshed + LENS_REFRESH_S - self.loop.time())
+        self.lens_refresh = self.loop.call_later(wait, self._lens_refresh_now)
+
+    def _lens_refresh_now(self) -> None:
+        self.lens_refresh = None
+        self.lens_refreshed = self.loop.time() if self.loop is not None else 0.0
         if self.options.code_lens and self.supports("workspace", "code_lens", "refresh_support"):
             try:
                 self.workspace_code_lens_refresh(None)
@@ -341,13 +367,33 @@ class GpuemuServer(LanguageServer):
                 return
             old = s.saved_config  # what was on disk before, not the unsaved buffer didChange loaded
             s.load(text, saved=saved)
+            s.loaded_generation = gen
             if s.generation != gen:
                 return
-            self.post(self.publish, s)
+            self.publish(s)  # built on the publisher's thread, sent from the loop
             if then is not None:
                 self.post(then, old)
 
+        if text is not None and s.loaded_text is not None:  # the edited entry first, then the whole file
+            self.edit_checker.submit(self._check_edit, s, s.loaded_text, text, gen)
         s.loader.submit(work)
+
+    def _check_edit(self, s: WorkspaceSession, before: str, text: str, gen: int) -> None:
+        """The edited part of gpuemu.toml checked on its own, so a problem typed into a 1,000-op file shows in
+        milliseconds, not after the whole file's check (half a second, seconds while ops validate); shown only
+        where it finds one and the whole check has not answered yet, which then has the last word."""
+        if s.generation != gen:
+            return
+        got = around(text, *changed_lines(before, text))
+        if got is None:
+            return
+        try:
+            load_config(s.root, text=got[0])
+        except ConfigError as exc:
+            if s.generation == gen and s.loaded_generation < gen:
+                problems = [renumbered(p, got[1]) for p in exc.problems]
+                diags = workspace_diagnostics(s, trusted=self.options.trusted, problems=problems)
+                self.post(self._send_diagnostics, s, diags)
 
     def on_changed(self, s: WorkspaceSession, paths: set[Path], reason: str) -> None:
         """Files changed on disk (a save, a checkout): reload the config if needed, validate what is affected."""
@@ -467,6 +513,7 @@ def create_server() -> GpuemuServer:
             for closer in (ls.watcher, ls.poller):
                 if closer is not None:
                     closer.close()
+            ls.publisher.close()
             for s in list(ls.sessions.values()):
                 s.close()
 
@@ -484,10 +531,12 @@ def create_server() -> GpuemuServer:
         if path == s.config_path and params.text_document.text != s.loaded_text:
             # an unsaved buffer, or a file that changed on disk unseen (watch off, a checkout while busy)
             ls.reload(s, params.text_document.text, saved=params.text_document.text == _read_text(path))
-        if not ls.options.on_open or s.config is None:
-            return
+        if ls.options.run_on_open == "off" or s.config is None:
+            return  # runOnOpen is the one switch: opening any file, gpuemu.toml included, runs nothing
         ops, kernels = s.affected(path)
-        mtime = _mtime(path)
+        # gpuemu.toml names every op: opening it validates only those never validated (a checkout gives it a
+        # new time, and 1,000 stored verdicts are not stale for that); any other file, its ops older than it
+        mtime = -1.0 if path == s.config_path else _mtime(path)
         stale = [
             o
             for o in ops

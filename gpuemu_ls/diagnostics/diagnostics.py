@@ -20,6 +20,7 @@ from typing import Any
 from lsprotocol import types as lsp
 
 from ..engine.config.model import Config, OpConfig
+from ..engine.errors import Problem
 from ..engine.report.lines import KIND_TEXT, replay_command, row_plan
 from ..session.workspace import OpView, WorkspaceSession
 from .ranges import kernel_header_range, line_range, op_header_range, op_target, problem_range, reference_target
@@ -305,15 +306,18 @@ def _config_diagnostic(p: Any, severity: lsp.DiagnosticSeverity, code: str) -> l
     )
 
 
-def workspace_diagnostics(session: WorkspaceSession, *, trusted: bool = True) -> dict[Path, list[lsp.Diagnostic]]:
-    """Every diagnostic of a workspace, by absolute file path (files without any get an empty list)."""
+def workspace_diagnostics(
+    session: WorkspaceSession, *, trusted: bool = True, problems: list[Problem] | None = None
+) -> dict[Path, list[lsp.Diagnostic]]:
+    """Every diagnostic of a workspace, by absolute file path (files without any get an empty list); ``problems``:
+    config problems found in place of the session's (an edited entry checked on its own, ahead of the file)."""
     out: dict[Path, list[lsp.Diagnostic]] = defaultdict(list)
     config_path = session.config_path
-    for p in session.problems:
+    for p in session.problems if problems is None else problems:
         out[Path(p.file).resolve() if p.file else config_path].append(
             _config_diagnostic(p, lsp.DiagnosticSeverity.Error, "config-error")
         )
-    for p in session.warnings:
+    for p in session.warnings if problems is None else ():
         out[Path(p.file).resolve() if p.file else config_path].append(
             _config_diagnostic(p, lsp.DiagnosticSeverity.Warning, "config-warning")
         )

@@ -51,6 +51,24 @@ def op_header_range(config: Config, op: OpConfig) -> lsp.Range:
     return lsp.Range(lsp.Position(head.line - 1, head.column - 1), lsp.Position(end.end_line - 1, end.end_column - 1))
 
 
+def op_at_line(config: Config, line: int) -> OpConfig | None:
+    """The op whose ``[[ops]]`` header or name line holds 0-based ``line``: from an index made once per config
+    (a hover on a 1,000-op gpuemu.toml computed every op's range before it)."""
+    global _op_lines
+    if _op_lines is None or _op_lines[0] is not config:
+        index: dict[int, OpConfig] = {}
+        if config.positions is not None:
+            for op in config.ops:
+                rng = op_header_range(config, op)
+                for i in range(rng.start.line, rng.end.line + 1):
+                    index.setdefault(i, op)
+        _op_lines = (config, index)
+    return _op_lines[1].get(line)
+
+
+_op_lines: tuple[Config, dict[int, OpConfig]] | None = None
+
+
 def kernel_header_range(config: Config, index: int) -> lsp.Range:
     head = config.positions.key(("kernels", index)) if config.positions else None
     if head is None:
@@ -115,7 +133,7 @@ def _lines(file: str, _mtime: float) -> list[str]:
         return []
 
 
-@lru_cache(maxsize=256)
+@lru_cache(maxsize=4096)  # completion of `module = "` asks every .py file: 1,000 ops' modules stay parsed
 def _defs(file: str, _mtime: float) -> dict[str, tuple[int, int, int, bool]]:
     """Top-level functions and classes (``module = "file:Class.apply"``): line, columns, is a class."""
     lines = _lines(file, _mtime)

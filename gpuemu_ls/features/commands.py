@@ -60,10 +60,11 @@ async def run_requested(ls: Server, params: dict[str, Any]) -> dict[str, Any]:
         for j in jobs:
             j.cancel.set()
         raise
+    sessions = {j.session.root: j.session for j in jobs}.values()
+    for s in sessions:  # one reread of each store, off the loop, and its diagnostics sent before the answer
+        await asyncio.wrap_future(ls.publish(s, reread=True))
     results = []
     for j in jobs:
-        view = j.session.view("kernel" if j.kind == "lint" else "op", j.name)
-        j.session.refresh()
         view = j.session.view("kernel" if j.kind == "lint" else "op", j.name)
         results.append(
             {
@@ -75,8 +76,6 @@ async def run_requested(ls: Server, params: dict[str, Any]) -> dict[str, Any]:
                 "diagnosis": view.diagnosis if view else "",
             }
         )
-    for s in {j.session.root: j.session for j in jobs}.values():
-        ls.publish(s)
     return {"results": results}
 
 
@@ -242,8 +241,7 @@ async def _minimize(ls: Server, s: WorkspaceSession, op_name: str, seed: int) ->
         return {**describe(res), "repro": str(repro)}
 
     out = await _with_progress(ls, s, f"gpuemu: minimize {op_name} seed {seed}", work)
-    s.refresh()
-    ls.publish(s)
+    await asyncio.wrap_future(ls.publish(s, reread=True))
     shapes = " ".join(f"{k}={v}" for k, v in out["minimized"]["shapes"].items())
     ls.message(f"gpuemu: {op_name} seed {seed} minimized to {shapes} in {out['trials']} trials")
     return out

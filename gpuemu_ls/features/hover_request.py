@@ -6,7 +6,7 @@ from __future__ import annotations
 from lsprotocol import types as lsp
 
 from ..diagnostics.hover import kernel_hover, op_hover
-from ..diagnostics.ranges import op_header_range, op_target
+from ..diagnostics.ranges import op_at_line, op_header_range, op_target
 from . import Server
 from .params import request_path, toml_document
 from .toml_hover import toml_key_hover
@@ -20,14 +20,14 @@ def document_hover(ls: Server, params: lsp.HoverParams) -> lsp.Hover | None:
     cfg = s.config
     line = params.position.line
     if path == s.config_path:  # an op or kernel entry's header and name: its results; any other key: its docs
-        for op in cfg.ops if cfg is not None else ():
+        op = op_at_line(cfg, line) if cfg is not None else None
+        if op is not None and cfg is not None:
             rng = op_header_range(cfg, op)
-            if rng.start.line <= line <= rng.end.line and cfg.positions is not None:
-                target = op_target(cfg, op)
-                beside = target is None or not target[0].is_file() or target[0].resolve() == cfg.path.resolve()
-                view = s.view("op", op.name)
-                text = op_hover(view, op.name, ls.running.get((s.root, op.name)), beside_diagnostic=beside)
-                return lsp.Hover(lsp.MarkupContent(lsp.MarkupKind.Markdown, text), rng)
+            target = op_target(cfg, op)
+            beside = target is None or not target[0].is_file() or target[0].resolve() == cfg.path.resolve()
+            view = s.view("op", op.name)
+            text = op_hover(view, op.name, ls.running.get((s.root, op.name)), beside_diagnostic=beside)
+            return lsp.Hover(lsp.MarkupContent(lsp.MarkupKind.Markdown, text), rng)
         for i, k in enumerate(cfg.kernels if cfg is not None else ()):
             head = cfg.positions.key(("kernels", i)) if cfg.positions else None
             name = cfg.positions.value(("kernels", i, "name")) if cfg.positions else None

@@ -34,6 +34,10 @@ SKIP_DIRS = {".git", ".venv", "venv", "node_modules", "__pycache__", ".gpuemu", 
 #: Files whose names a completion offers at most: past it, only those matching what was typed, and the list
 #: says it is incomplete (the editor asks again as the user types), never a silent cut.
 MAX_FILES = 2000
+#: Values a completion sends at most: 2,000 items of a 1,000-op workspace took ~0.1 s to serialize alone, which
+#: an editor pays at every keystroke; past it, those containing what is typed come first and the list says it
+#: is incomplete (the editor asks again as the user types).
+MAX_ITEMS = 300
 #: Files looked at for one completion at most (a workspace opened at a home folder must not walk it all).
 MAX_WALK = 100_000
 MAX_DEPTH = 6
@@ -178,7 +182,12 @@ def _values(spot: Spot, cursor: lsp.Position, root: Path, found: _Found) -> list
         candidates = _files(root, (".cu", ".cuh"), found)
     elif table == ("kernels",) and key == "reference":
         candidates = _files(root, (".py",), found)
+    if len(candidates) > MAX_ITEMS:
+        typed = spot.prefix.lstrip('"')
+        candidates = sorted(candidates, key=lambda c: typed not in c[0])[:MAX_ITEMS]  # stable: matching first
+        found.incomplete = True
     items = []
+    where = lsp.Range(lsp.Position(*spot.start), cursor)  # one range for every item: 2,000 were built otherwise
     for i, (value, detail, kind, doc) in enumerate(candidates):
         new = value if spot.in_string else f'"{value}"'
         items.append(
@@ -189,7 +198,7 @@ def _values(spot: Spot, cursor: lsp.Position, root: Path, found: _Found) -> list
                 documentation=_doc(doc) if doc else None,
                 sort_text=f"{i:05d}",
                 filter_text=value if spot.in_string else new,
-                text_edit=_edit(spot, cursor, new),
+                text_edit=lsp.TextEdit(where, new),
             )
         )
     return items
@@ -197,21 +206,44 @@ def _values(spot: Spot, cursor: lsp.Position, root: Path, found: _Found) -> list
 
 def workspace_files(root: Path, suffixes: tuple[str, ...], *, limit: int = MAX_FILES) -> list[Path]:
     """The workspace's files with these suffixes, shallow first, skipping environments and caches; at most
-    ``limit`` (a caller that gets ``limit`` files cannot tell whether there were more)."""
-    found: list[Path] = []
+    ``limit`` (a caller that gets ``limit`` files cannot tell whether there were more). A walk is kept while
+    none of the folders it went through changed (a file added, removed or renamed changes its folder's time):
+    completion asks at each keystroke, and walking 1,000 modules each time was most of its answer."""
     root = root.resolve()
+    key = (root, suffixes, limit)
+    kept = _WALKS.get(key)
+    if kept is not None and all(_dir_time(d) == t for d, t in kept[0]):
+        return kept[1]
+    found: list[Path] = []
+    seen: list[tuple[str, float]] = []
     for folder, dirs, files in os.walk(root):
+        seen.append((folder, _dir_time(folder)))
         depth = len(Path(folder).relative_to(root).parts)
         dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.startswith(".") and depth < MAX_DEPTH)
         found += [Path(folder) / f for f in sorted(files) if f.endswith(suffixes)]
         if len(found) >= limit:
             break
+    if len(_WALKS) > 16:
+        _WALKS.clear()
+    _WALKS[key] = (seen, found[:limit])
     return found[:limit]
 
 
-def module_name(root: Path, file: Path) -> str:
-    """How ``module = "..."`` names a workspace file: ``pkg/mod.py`` -> ``pkg.mod``."""
-    parts = list(file.resolve().relative_to(root.resolve()).with_suffix("").parts)
+#: (root, suffixes, limit) -> (the folders walked with their times, the files found)
+_WALKS: dict[tuple[Path, tuple[str, ...], int], tuple[list[tuple[str, float]], list[Path]]] = {}
+
+
+def _dir_time(folder: str) -> float:
+    try:
+        return os.stat(folder).st_mtime_ns
+    except OSError:
+        return -1.0
+
+
+def _module_of(rel: str) -> str:
+    """``module_name`` of a path already relative to the root (``pkg/mod.py``): no resolving per file, which
+    was most of a completion's time over 1,000 modules."""
+    parts = rel[: -len(".py")].split("/") if rel.endswith(".py") else rel.split("/")
     if parts and parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
@@ -219,12 +251,18 @@ def module_name(root: Path, file: Path) -> str:
 
 def _functions(root: Path, found: _Found) -> list[tuple[str, str, lsp.CompletionItemKind, str]]:
     out = []
-    files = found.files(root, (".py",), lambda f: module_name(root, f))
+    base = root.resolve()
+    cut = len(str(base)) + 1  # workspace_files walks the resolved root: every path starts with it
+
+    def rel_of(f: Path) -> str:
+        return str(f)[cut:].replace(os.sep, "/")
+
+    files = found.files(base, (".py",), lambda f: _module_of(rel_of(f)))
     for file in files:
-        mod = module_name(root, file)
+        rel = rel_of(file)
+        mod = _module_of(rel)
         if not mod or not all(p.isidentifier() for p in mod.split(".")):
             continue  # not importable under that name
-        rel = file.relative_to(root.resolve()).as_posix()
         for fn in sorted(top_level_functions(file), key=lambda n: n.startswith("_")):  # private ones last
             out.append((f"{mod}:{fn}", f"def {fn} in {rel}", lsp.CompletionItemKind.Function, ""))
     return out

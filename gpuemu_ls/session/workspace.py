@@ -21,6 +21,11 @@ from ..engine.errors import ConfigError, Problem
 from ..engine.safe_read import read_text
 from ..engine.store.db import Store, StoreError, store_path
 
+#: The latest result of each op and kernel, as much of it as says whether it changed (one row per (kind, op) on
+#: the (kind, op, finished_at) index: the bare columns come from the row holding the maximum).
+LATEST_SIGNATURES = (
+    "SELECT kind, op, run_id, status, cases, message, max(finished_at) AS finished_at FROM op_results GROUP BY kind, op"
+)
 SOURCE_SUFFIXES = (".py", ".cu", ".cuh", ".h", ".hpp", ".ptx")
 MAX_FAILURES = 50
 
@@ -58,6 +63,7 @@ class WorkspaceSession:
         self.problems: list[Problem] = []
         self.warnings: list[Problem] = []
         self.views: dict[tuple[str, str], OpView] = {}
+        self._signatures: dict[tuple[str, str], tuple[Any, ...]] = {}  # what each view was read from
         self.lock = threading.RLock()
         self._store: Store | None = None
         self._store_path = Path(store_override).expanduser().resolve() if store_override else store_path(self.root)
@@ -65,6 +71,7 @@ class WorkspaceSession:
         self.store_error: str | None = None
         self.store_error_shown: str | None = None  # the last store problem told to the user
         self.generation = 0  # config reloads requested (the server skips stale ones)
+        self.loaded_generation = 0  # the last of them whose load finished
         self.saved_config: Config | None = None  # as last read from disk: what a save is compared against
         self.loader: Any = None  # the server's one-thread executor for config reloads
         self.loaded_text: str | None = None  # the text the current problems/config came from
@@ -189,16 +196,25 @@ class WorkspaceSession:
             if store is None:
                 return
             try:
-                latest = store.latest_op_results()
                 names = {("op", o.name) for o in cfg.ops} | {("kernel", k.name) for k in cfg.kernels} if cfg else None
                 views: dict[tuple[str, str], OpView] = {}
+                signatures: dict[tuple[str, str], tuple[Any, ...]] = {}
                 minimized = self._minimized(store)
-                for row in latest.values():
+                for row in store.query(LATEST_SIGNATURES):  # what each view is made of; rows (details) only if new
                     key = (row["kind"], row["op"])
                     if names is not None and key not in names:
                         continue
-                    views[key] = self._view(store, row, minimized.get(row["op"], {}))
-                self.views = views
+                    signatures[key] = _signature(row, minimized.get(row["op"], {}))
+                    old = self.views.get(key)
+                    if old is not None and self._signatures.get(key) == signatures[key]:
+                        views[key] = old  # unchanged: one op's run ended, the other 999 views are not reread
+                        continue
+                    whole = store.query(
+                        "SELECT * FROM op_results WHERE run_id = ? AND op = ? AND kind = ?", (row["run_id"], *key[::-1])
+                    )
+                    if whole:
+                        views[key] = self._view(store, whole[0], minimized.get(row["op"], {}))
+                self.views, self._signatures = views, signatures
                 self._data_version = int(store.db.execute("PRAGMA data_version").fetchone()[0])
             except Exception as exc:  # a store being written right now, or corrupt: keep the old views
                 self.store_error = (
@@ -264,6 +280,13 @@ class WorkspaceSession:
                 except Exception:
                     pass
                 self._store = None
+
+
+def _signature(row: dict[str, Any], minimized: dict[int, dict[str, Any]]) -> tuple[Any, ...]:
+    """What an op's view is built from, short of its cases: a result row is replaced, never edited, so the same
+    run, time and status (and the same minimized cases) mean the same view."""
+    shown = json.dumps(minimized, sort_keys=True, default=str) if minimized else ""
+    return (row.get("run_id"), row.get("finished_at"), row.get("status"), row.get("cases"), row.get("message"), shown)
 
 
 def _read(path: Path) -> str:

@@ -69,11 +69,15 @@ async def test_first_run_never_in_an_untrusted_workspace_nor_when_off(editor: An
     root = buggy_ws([OP])
     untrusted = await editor.start(root, {**FAST, "runOnOpen": "quick", "trusted": False})
     off = await editor.start(root, {**FAST, "runOnOpen": "off"})
+    older = await editor.start(root, {**FAST, "runOnOpen": "quick", "onOpen": False})  # the older name: off
+    for client in (off, older):  # runOnOpen is the one switch: opening files, gpuemu.toml included, runs nothing
+        client.open(root / "gpuemu.toml")
+        client.open(root / "softmax_tail_mask.py")
     bogus = await editor.start(buggy_ws([OP], name="other"), {**FAST, "runOnOpen": "always"})
     await bogus.wait_for(lambda: any("runOnOpen" in t for t in bogus.message_texts()), what="the option problem")
     assert "quick, off" in next(t for t in bogus.message_texts() if "runOnOpen" in t)
     await asyncio.sleep(3.0)  # longer than the quick run of one op takes here
-    for client in (untrusted, off):
+    for client in (untrusted, off, older):
         assert client.op_states == [] and not _logs(client), (client.op_states, _logs(client))
     assert not (root / ".gpuemu").exists(), "something ran or wrote the store"
     # a bad value keeps the default (quick): that server ran it

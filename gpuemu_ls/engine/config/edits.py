@@ -6,11 +6,13 @@ language server can send it as a WorkspaceEdit without touching the disk.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import tomlkit
 
 from ..errors import UsageError
+from .blocks import op_blocks
 from .keys import pinned_seed
 
 
@@ -40,6 +42,20 @@ def pin_seed(text: str, index: int, name: str, seed: int, plan: int | None = Non
     elif seed not in pinned:
         seeds.append(entry)
     return tomlkit.dumps(doc)
+
+
+def edit_op_block(text: str, index: int, edit: Callable[[str, int], str]) -> tuple[int, int, str]:
+    """An edit of one op's entry made on that entry's lines alone (``edit(entry_text, 0)``), as (start line, end
+    line, new text of those lines): tomlkit takes seconds over a 1,000-op file, and an editor's code action must
+    answer at once. The whole file where the entry's lines cannot be found (``edit(text, index)``)."""
+    lines = text.split("\n")
+    blocks = op_blocks(text)
+    block = blocks[index] if blocks is not None and index < len(blocks) else None
+    if block is None:
+        return 0, len(lines), edit(text, index)
+    start, end = block
+    tail = "\n" if end < len(lines) else ""
+    return start, end, edit("\n".join(lines[start:end]) + tail, 0)
 
 
 def set_tolerances(text: str, index: int, name: str, tolerances: dict[str, tuple[float, float]]) -> str:

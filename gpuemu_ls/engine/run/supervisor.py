@@ -133,13 +133,13 @@ class Worker:
         deadline = time.monotonic() + timeout
         while True:
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            if remaining <= 0 and not self._answer_waiting():
                 time.sleep(0.05)  # the worker's own watchdog dumped its stack just before: let the write land
                 tail = self.stderr_tail()  # before kill(), which closes the log
                 self.kill()
                 raise WorkerLost("timeout", phase[0], f"no answer within {timeout:g} s", tail)
             try:
-                ready = bool(self.poller.poll(int(min(remaining, 0.05) * 1000) + 1))
+                ready = bool(self.poller.poll(int(max(0.0, min(remaining, 0.05)) * 1000) + 1))
             except (OSError, ValueError):
                 ready = True
             if self.cancel is not None and self.cancel.is_set():
@@ -156,6 +156,14 @@ class Worker:
                 deadline = time.monotonic() + timeout
                 continue
             return msg
+
+    def _answer_waiting(self) -> bool:
+        """Whether the worker's next message is already here: then this thread, not the op, was late (a busy
+        process did not run it), and the time the answer waited to be read is no part of the op's."""
+        try:
+            return bool(self.poller.poll(0))
+        except (OSError, ValueError):
+            return False
 
     def _drain_phases(self) -> None:
         """Read what a dead worker left in the socket, so its last announced phase is known."""

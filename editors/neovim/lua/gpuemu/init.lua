@@ -384,7 +384,7 @@ function M.lsp_config()
     init_options = {
       mode = 'quick',
       onSave = true,
-      onOpen = true,
+      runOnOpen = 'quick',
       trusted = true,
       -- Neovim on Linux offers no dynamic didChangeWatchedFiles: the server watches by itself
       watch = 'auto',
