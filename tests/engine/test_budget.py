@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 from kit.workspace import write_ws
 
-from gpuemu_ls.engine.cases.budget import CostModel, coverage, fit, select, smaller_seeds, targets, work
+from gpuemu_ls.engine.cases.budget import CostModel, Target, coverage, fit, select, smaller_seeds, targets, work
 from gpuemu_ls.engine.cases.plan import (
     DEFAULT_TILES,
+    CaseSpec,
     derive_case,
     minimum_needs,
     plan_cases,
@@ -182,7 +183,7 @@ def test_small_scope_shapes_for_high_cost_ops(tmp_path: Path) -> None:
     op = cfg.op("mm")
     assert tiled_dims(op) == ["K"]  # declared: only K is tiled, M, N and the batch stay small
     small, classes = small_scope_values(op.dims["K"], True)
-    assert small == [1, 2, 3] and classes == [31, 32, 33, 65]
+    assert small == (1, 2, 3) and classes == (31, 32, 33, 65)
     specs = [derive_case(op, s) for s in range(400)]
     smalls = [s for s in specs if s.strategy == "small"]
     assert len(smalls) >= 150  # half the window
@@ -207,3 +208,67 @@ def test_small_scope_without_hints_tiles_the_inner_dims(tmp_path: Path) -> None:
     (tmp_path / "n").mkdir()
     normal = load_config(workspace(tmp_path / "n")).op("mm")
     assert all(derive_case(normal, s).strategy != "small" for s in range(64))  # other ops: seeds unchanged
+
+
+def _greedy_cover(done, planned, extras, goals, costs, allowance, room):  # type: ignore[no-untyped-def]
+    """The cover as select() first computed it: every case looked at for every pick (the reference)."""
+    planned_seeds = {s.seed for s in planned}
+    pool = list(planned) + [s for s in extras if s.seed not in planned_seeds]
+    uncovered = set(range(len(goals))) - {j for s in done for j, g in enumerate(goals) if g.met(s)}
+    picked: list[int] = []
+    spent = 0.0
+    while uncovered and len(picked) < room:
+        best, pick = None, -1
+        for i, s in enumerate(pool):
+            if s.seed in picked or spent + costs[s.seed] > allowance:
+                continue
+            gain = sum(1 for j in uncovered if goals[j].met(s))
+            if gain:
+                key = (gain / max(costs[s.seed], 1e-9), -int(s.seed not in planned_seeds), -i)
+                if best is None or key > best:
+                    best, pick = key, i
+        if pick < 0:
+            break
+        picked.append(pool[pick].seed)
+        spent += costs[pool[pick].seed]
+        uncovered -= {j for j in uncovered if goals[j].met(pool[pick])}
+    return sorted(picked)
+
+
+@pytest.mark.parametrize("trial", range(6))
+def test_select_picks_the_cover_a_full_greedy_scan_picks(trial: int) -> None:
+    """select()'s lazy greedy (a heap of stale gains) must choose exactly the cases the plain greedy does, ties
+    and allowance included: a cut is a function of the plan and the model, the same on every machine."""
+    import random
+
+    rng = random.Random(trial)
+    dists = ["normal", "uniform", "large", "special", "ties"]
+    layouts = ["contiguous", "transposed"]
+    specs = [
+        CaseSpec(
+            "op",
+            seed,
+            "random",
+            rng.choice(["float32", "float16"]),
+            rng.choice(layouts),
+            rng.choice(dists),
+            {"N": rng.randint(1, 300)},
+            {"x": (1,)},
+        )
+        for seed in range(rng.randint(40, 160))
+    ]
+    goals = targets(specs, [])
+    goals += [Target("tile", f"N past {t}", test=lambda s, t=t: s.dims["N"] > t) for t in (16, 64, 128, 256)]
+    costs = {s.seed: float(rng.choice([1, 2, 3, s.dims["N"]])) for s in specs}  # many ties
+
+    class Costs:
+        def cost(self, s: CaseSpec) -> float:
+            return costs[s.seed]
+
+    planned, extras = specs[: len(specs) // 2], specs[len(specs) // 2 :]
+    done = planned[:2] if trial % 2 else []
+    allowance = math.inf if trial < 3 else 40.0
+    room = len(goals) if trial != 5 else 4
+    got = select(done, planned[len(done) :], extras, goals, Costs(), allowance, room + len(done))
+    want = _greedy_cover(done, planned[len(done) :], extras, goals, costs, allowance, room)
+    assert [s.seed for s in got.cover] == want

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import heapq
 import math
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -127,10 +128,13 @@ WORK_PER_CASE = 1024
 #: nearly every case where a case costs about the same whatever its size (small kernels in the interpreter: a
 #: launch and a few programs); this bound keeps the cut a cut there, and the coverage cases keep every class.
 CUT_CASES = 24
-#: Value distributions a tile class in one dtype is shown with: finite values of ordinary size, where a lost
-#: tail, a dropped carry or an overwritten accumulator always changes the result (a NaN, an overflow out of
-#: range or a row of zeros can hide it).
-PLAIN_DISTRIBUTIONS = ("normal", "uniform", "integers", "positive")
+#: Value distributions a tile or layout class in one dtype is shown with: finite values of ordinary size that
+#: differ from element to element, where a lost tail, a dropped carry, an overwritten accumulator or a stride
+#: read wrong always changes the result (a NaN, an overflow out of range, a row of zeros or of one value, values
+#: under the dtype's absolute tolerance (``small``, ``subnormal``) or a peak that swamps the rest can hide it).
+#: ``wide`` (normal x 10) and ``tail_max`` (normal rows whose last element is their maximum) are such values
+#: too: a case of them meets both its distribution's class and a layout's, so a cut needs fewer cases.
+PLAIN_DISTRIBUTIONS = ("normal", "uniform", "integers", "positive", "wide", "tail_max")
 #: The smallest tile a kernel is assumed to walk a dim in (cases/plan.py's DEFAULT_TILES start there).
 WORK_TILE = 16
 
@@ -179,8 +183,8 @@ class Growth:
     k_lo: float
     k_hi: float
 
-    @property
-    def power(self) -> float:
+    @functools.cached_property
+    def power(self) -> float:  # cached: a cut asks thousands of cases' costs
         ratio = max(self.k_hi / self.k_lo, 1.0)
         return min(MAX_EXPONENT, math.log(ratio) / math.log(self.hi / self.lo))
 
@@ -279,13 +283,34 @@ class Target:
     need: Need | None = None
     test: Callable[[CaseSpec], bool] | None = dataclasses.field(default=None, compare=False)
     guard: Callable[[CaseSpec], bool] | None = dataclasses.field(default=None, compare=False)
+    #: (CaseSpec field, value) a member must have besides ``test`` (``("dtype", "float16")``): what lets
+    #: :func:`goals_met` look at a case's few candidate classes rather than every class
+    where: tuple[str, str] | None = None
 
     @property
     def label(self) -> str:
         return f"{self.axis} {self.value}" if self.axis not in ("need", "tile") else self.value
 
+    def key(self) -> tuple[str, str] | None:
+        """The (field, value) every member has, where one is known: the axis value, ``where``, or a need's."""
+        if self.where is not None:
+            return self.where
+        if self.need is not None:
+            n = self.need
+            for field, value in (("strategy", n.strategy), ("dtype", n.dtype), ("layout", n.layout)):
+                if value is not None:
+                    return field, value
+            return ("distribution", n.distribution) if n.distribution is not None else None
+        return (_FIELD[self.axis], self.value) if self.test is None and self.axis in _FIELD else None
+
     def met(self, spec: CaseSpec) -> bool:
         if self.guard is not None and not self.guard(spec):
+            return False
+        return self.met_unguarded(spec)
+
+    def met_unguarded(self, spec: CaseSpec) -> bool:
+        """:meth:`met` but for ``guard`` (which :func:`goals_met` asks once per case for the classes sharing it)."""
+        if self.where is not None and getattr(spec, self.where[0]) != self.where[1]:
             return False
         if self.need is not None:
             return self.need.met(spec)
@@ -348,8 +373,35 @@ def smaller_seeds(
 
 
 def goals_met(goals: list[Target], specs: Iterable[CaseSpec]) -> dict[int, frozenset[int]]:
-    """The indexes of the goals each case meets, by seed."""
-    return {s.seed: frozenset(j for j, t in enumerate(goals) if t.met(s)) for s in specs}
+    """The indexes of the goals each case meets, by seed. A goal with a :meth:`Target.key` is tested only on
+    the cases that have it (a cut asks this of ~3,000 cases and ~70 classes per op: most classes of one axis
+    value or one dtype cannot be met by a case of another)."""
+    by_key: dict[tuple[str, str], list[int]] = {}
+    always: list[int] = []
+    for j, t in enumerate(goals):
+        k = t.key()
+        if k is None:
+            always.append(j)
+        else:
+            by_key.setdefault(k, []).append(j)
+    fields = sorted({k[0] for k in by_key})
+    out: dict[int, frozenset[int]] = {}
+    for s in specs:
+        maybe = always + [j for f in fields for j in by_key.get((f, getattr(s, f)), ())]
+        guarded: dict[int, bool] = {}  # by id: most classes share one guard (not degenerate)
+        met: list[int] = []
+        for j in maybe:
+            t = goals[j]
+            if t.guard is not None:
+                ok = guarded.get(id(t.guard))
+                if ok is None:
+                    ok = guarded[id(t.guard)] = t.guard(s)
+                if not ok:
+                    continue
+            if t.met_unguarded(s):
+                met.append(j)
+        out[s.seed] = frozenset(met)
+    return out
 
 
 @dataclass
@@ -394,26 +446,33 @@ def select(
     chosen: set[int] = set()
     cover: list[CaseSpec] = []
     spent = 0.0
-    live = [i for i, m in enumerate(meets) if m]  # cases that still gain a goal (no other can be picked)
-    while uncovered and len(cover) < room:
-        best: tuple[float, int, int] | None = None
-        pick = -1
-        for i in live:
-            s = pool[i]
-            if s.seed in chosen or spent + costs[s.seed] > allowance:
-                continue
-            gain = len(meets[i] & uncovered)
-            if gain:
-                key = (gain / max(costs[s.seed], 1e-9), -int(s.seed not in planned_seeds), -i)
-                if best is None or key > best:
-                    best, pick = key, i
-        if pick < 0:
-            break
-        chosen.add(pool[pick].seed)
-        cover.append(pool[pick])
-        spent += costs[pool[pick].seed]
-        uncovered -= meets[pick]
-        live = [i for i in live if pool[i].seed not in chosen and meets[i] & uncovered]
+
+    def key(i: int) -> tuple[float, int, int]:
+        """What the greedy maximises: goals gained per predicted second, then planned first, then plan order."""
+        s = pool[i]
+        gain = len(meets[i] & uncovered)
+        return (gain / max(costs[s.seed], 1e-9), -int(s.seed not in planned_seeds), -i)
+
+    # Lazy greedy (Minoux): a case's gain only falls as goals are met, so a key computed earlier bounds its key
+    # now; the heap's top, recomputed and still above the next bound, is the case the full scan would pick
+    # (keys are unique: they end in the case's index). A pool of thousands costs a few recomputations a pick.
+    heap = [(tuple(-x for x in key(i)), i) for i, m in enumerate(meets) if m]
+    heapq.heapify(heap)
+    while uncovered and len(cover) < room and heap:
+        _, i = heapq.heappop(heap)
+        s = pool[i]
+        if s.seed in chosen or spent + costs[s.seed] > allowance:
+            continue  # spent only grows: a case that does not fit now never will
+        fresh = key(i)
+        if fresh[0] <= 0:
+            continue  # gains nothing any more
+        if heap and tuple(-x for x in heap[0][0]) > fresh:
+            heapq.heappush(heap, (tuple(-x for x in fresh), i))
+            continue
+        chosen.add(s.seed)
+        cover.append(s)
+        spent += costs[s.seed]
+        uncovered -= meets[i]
     fill: list[CaseSpec] = []
     for s in pool:  # planned first, in plan order; then the stand-ins in seed order
         if len(cover) + len(fill) >= room:
@@ -566,9 +625,16 @@ def tile_targets(op: OpConfig, dtypes: list[str], distributions: Iterable[str] |
             return lambda spec: spec.dtype == dtype and plain(spec) and test(spec)
 
         for dtype in dtypes:
+            where = ("dtype", dtype)
             out += [
-                Target("tile", f"{name} in a partial tile, {dtype}", test=in_dtype(partial, dtype), guard=guard),
-                Target("tile", f"{name} past {small}, {dtype}", test=in_dtype(past, dtype), guard=guard),
+                Target(
+                    "tile",
+                    f"{name} in a partial tile, {dtype}",
+                    test=in_dtype(partial, dtype),
+                    guard=guard,
+                    where=where,
+                ),
+                Target("tile", f"{name} past {small}, {dtype}", test=in_dtype(past, dtype), guard=guard, where=where),
             ]
         out.append(Target("tile", f"{name} at a tile ({', '.join(map(str, tiles))})", test=exact, guard=guard))
         if big > small:
@@ -599,6 +665,7 @@ def layout_targets(guard: Callable[[CaseSpec], bool], specs: list[CaseSpec]) -> 
             f"{layout} in {dtype}",
             test=lambda s, d=dtype, lay=layout: (s.dtype, s.layout) == (d, lay) and plain(s),
             guard=guard,
+            where=("layout", layout),
         )
         for dtype, layout in pairs
     ]
@@ -663,6 +730,13 @@ class _Scan:
                 return True
         return False
 
+    def derive_all(self) -> None:
+        """Derive every seed of the range now (on the planner thread: the counted cut reads them later on the
+        op's own, where its worker would wait for it)."""
+        with self._lock:
+            while self._more():
+                pass
+
     def __iter__(self) -> Iterator[CaseSpec]:
         i = 0
         while True:
@@ -713,6 +787,7 @@ def cut_pool(op: OpConfig, specs: list[CaseSpec], accept: Callable[[CaseSpec], b
     wide += _first_members(op, specs + wide, beyond)
     goals = cover_goals(op, specs, needs, specs + wide)
     met_by = goals_met(goals, [*kept, *rest, *wide])  # once: the search for dearer classes and the cover read it
+    beyond.derive_all()  # the search for dearer classes may read them all
     return CutPool(specs, kept, rest, wide, extras, goals, met_by, beyond)
 
 

@@ -191,7 +191,8 @@ def tiled_dims(op: OpConfig) -> list[str]:
     return sorted(n for n in op.dims if n in inner) or sorted(op.dims)
 
 
-def small_scope_values(dim: DimSpec, tiled: bool) -> tuple[list[int], list[int]]:
+@functools.lru_cache(maxsize=4096)
+def small_scope_values(dim: DimSpec, tiled: bool) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """(small, tile classes) of a dim for small-scope shapes, inside its range.
 
     Small: 1, 2 and 3 (an empty split, the smallest split, a small prime), or the dim's minimum when none
@@ -200,13 +201,13 @@ def small_scope_values(dim: DimSpec, tiled: bool) -> tuple[list[int], list[int]]
     declared tile, else each of 16..256. A candidate list keeps its own values (smallest = small).
     """
     if dim.candidates is not None:
-        cands = sorted(set(dim.candidates))
-        return cands[:1], (cands[1:] if tiled else [])
-    small = [v for v in SMALL_SIZES if dim.min <= v <= dim.max] or [dim.min]
+        cands = tuple(sorted(set(dim.candidates)))
+        return cands[:1], (cands[1:] if tiled else ())
+    small = tuple(v for v in SMALL_SIZES if dim.min <= v <= dim.max) or (dim.min,)
     if not tiled:
-        return small, []
+        return small, ()
     classes = {v for t in (dim.tiles or DEFAULT_TILES) for v in (t - 1, t, t + 1, 2 * t + 1)}
-    return small, sorted(v for v in classes if dim.min <= v <= dim.max and v not in small)
+    return small, tuple(sorted(v for v in classes if dim.min <= v <= dim.max and v not in small))
 
 
 def _small_dims(op: OpConfig, s: Stream) -> dict[str, int]:
@@ -224,25 +225,29 @@ def _small_dims(op: OpConfig, s: Stream) -> dict[str, int]:
     return out
 
 
-def boundary_values(dim: DimSpec) -> list[int]:
-    """Sizes where tiled kernels break, inside the dim's range, and the dim's ``also`` sizes (sorted, unique)."""
+@functools.lru_cache(maxsize=4096)
+def boundary_values(dim: DimSpec) -> tuple[int, ...]:
+    """Sizes where tiled kernels break, inside the dim's range, and the dim's ``also`` sizes (sorted, unique).
+    Cached, as :func:`regular_values` and :func:`small_scope_values`: a function of the dim alone, asked for
+    each dim of every seed a work cut scans (~3,000 an op)."""
     if dim.also:
-        return sorted({*boundary_values(dataclasses.replace(dim, also=())), *dim.also})
+        return tuple(sorted({*boundary_values(dataclasses.replace(dim, also=())), *dim.also}))
     if dim.candidates is not None:
-        return sorted({dim.default, dim.candidates[-1], min(dim.candidates), max(dim.candidates)})
+        return tuple(sorted({dim.default, dim.candidates[-1], min(dim.candidates), max(dim.candidates)}))
     vals = {dim.min, dim.max, 0, 1, 2, *SMALL_PRIMES}
     k = 2
     while (1 << k) - 1 <= dim.max:
         vals.update(((1 << k) - 1, 1 << k, (1 << k) + 1))
         k += 1
-    return sorted(v for v in vals if dim.min <= v <= dim.max)
+    return tuple(sorted(v for v in vals if dim.min <= v <= dim.max))
 
 
-def regular_values(dim: DimSpec) -> list[int]:
+@functools.lru_cache(maxsize=4096)
+def regular_values(dim: DimSpec) -> tuple[int, ...]:
     if dim.candidates is not None:
-        return list(dim.candidates)
-    pows = [1 << k for k in range(0, 40) if dim.min <= (1 << k) <= dim.max]
-    return pows or [dim.default]
+        return tuple(dim.candidates)
+    pows = tuple(1 << k for k in range(0, 40) if dim.min <= (1 << k) <= dim.max)
+    return pows or (dim.default,)
 
 
 def _random_value(dim: DimSpec, s: Stream) -> int:
@@ -300,7 +305,7 @@ def _fit_budget(op: OpConfig, dims: dict[str, int], max_elements: int) -> dict[s
 
 def shape_of(shape: tuple[str | int, ...], dims: dict[str, int]) -> tuple[int, ...]:
     """An input's shape for drawn ``dims``: integers, dim names and dim expressions (``"2*D2"``)."""
-    return tuple(dimexpr.evaluate(d, dims) for d in shape)
+    return tuple(dims[d] if type(d) is str and d in dims else dimexpr.evaluate(d, dims) for d in shape)
 
 
 def entry_dims(shape: tuple[str | int, ...]) -> set[str]:
