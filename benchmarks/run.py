@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_engine
 import bench_lsp
 import bench_report
+import bench_scale
 import bench_tools
 import bench_triton
 import bench_triton_corpus
@@ -28,6 +29,7 @@ ALL = {
     **bench_engine.BENCHMARKS,
     **bench_lsp.BENCHMARKS,
     **bench_report.BENCHMARKS,
+    **bench_scale.BENCHMARKS,
     **bench_tools.BENCHMARKS,
     **bench_verdicts.BENCHMARKS,
     **bench_triton.BENCHMARKS,

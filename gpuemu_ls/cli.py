@@ -42,7 +42,7 @@ from .engine.cases.plan import mode_filter
 from .engine.config.keys import CONFIG_NAME, PLAN, PLAN_DISTRIBUTIONS
 from .engine.config.load import find_workspace, load_config
 from .engine.config.model import Config
-from .engine.errors import UsageError
+from .engine.errors import ConfigError, UsageError
 from .engine.report.baseline import baseline_path, from_document, load_baseline, regressions, write_baseline
 from .engine.report.formats import FORMATS, render
 from .engine.report.lines import replay_command, row_line, row_plan
@@ -60,7 +60,7 @@ from .engine.run.cpus import resolve_jobs
 from .engine.run.frameworks import torch_build_note
 from .engine.run.validate import RunOptions, plan_op, replay_spec, run_validation
 from .engine.store.db import Store, StoreError, store_path
-from .engine.store.prune import DEFAULT_KEEP_RUNS
+from .engine.store.prune import DEFAULT_KEEP_FAILURES_DAYS, DEFAULT_KEEP_RUNS
 from .engine.tools.calibrate import CalibrationRefused, calibrate, write_tolerances
 from .engine.tools.minimize import describe, minimize, store_minimized
 from .engine.tools.repro import needs, write_repro
@@ -251,6 +251,15 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help=f"runs of each kind `store prune` keeps (default {DEFAULT_KEEP_RUNS})",
     )
+    p.add_argument(
+        "--keep-failures-days",
+        type=_days_arg,
+        default=None,
+        metavar="D",
+        help="days `store prune` keeps the failing cases (and input snapshots) of the runs it removes, so"
+        " `reproduce` replays them byte for byte (default: [store] keep_failures_days, else"
+        f' {DEFAULT_KEEP_FAILURES_DAYS:g}; 0: they go with their run; "all": forever)',
+    )
     p.add_argument("--dry-run", action="store_true", help="`store prune`: say what it would remove, remove nothing")
     p.add_argument(
         "--force", action="store_true", help="repair or reset even while a run writes the store (its results are lost)"
@@ -392,6 +401,20 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
     return _run_and_report(cfg, args, options, specs)
 
 
+def _refuse_pruned(store: Store, op: str, seed: int) -> None:
+    """A seed whose stored failing case retention removed is not replayed as if it were still stored: the
+    regenerated case may differ from the one that failed (generation changed since)."""
+    from .engine.store.prune import pruned_seed
+
+    when = pruned_seed(store, op, seed) if store.find_case(op, seed) is None else None
+    if when is not None:
+        day = time.strftime("%Y-%m-%d", time.localtime(when))
+        raise UsageError(
+            f"op {op!r} seed {seed} was pruned; use --regenerate to replay it regenerated from (op, seed) (its"
+            f" stored failing case and input snapshot went on {day}: [store] keep_runs, keep_failures_days)"
+        )
+
+
 def cmd_reproduce(args: argparse.Namespace) -> int:
     cfg = load_workspace(args)
     name = op_names(cfg, [args.op])[0]
@@ -413,6 +436,8 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
             text, code = client_replay_text(cfg, op, args.seed, store, write_inputs=not args.no_repro)
             print(text)
             return code
+        if not args.regenerate and args.plan is None:
+            _refuse_pruned(store, name, args.seed)
         spec, snapshot, source = replay_spec(cfg, op, args.seed, store, regenerate=args.regenerate, plan=args.plan)
     options = RunOptions(mode="reproduce", ops=[name], source="reproduce", command=argv_text(), store=False)
     try:  # the replay is recorded where it can be; a read-only store (a CI artifact) is still replayed from
@@ -789,10 +814,34 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
+def _days_arg(text: str) -> float | str:
+    """``--keep-failures-days``: a number of days >= 0, or ``all``."""
+    if text == "all":
+        return text
+    try:
+        days = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f'a number of days or "all", got {text!r}') from None
+    if not days >= 0:
+        raise argparse.ArgumentTypeError(f"must be at least 0, got {text}")
+    return days
+
+
+def _failure_days(args: argparse.Namespace) -> float | None:
+    """How long ``store prune`` keeps failing cases: the flag, else the workspace's ``[store]`` setting (a config
+    that does not load: the default, so a broken gpuemu.toml never stops a prune)."""
+    if args.keep_failures_days is not None:
+        return None if args.keep_failures_days == "all" else float(args.keep_failures_days)
+    try:
+        return load_workspace(args).store.keep_failures_days
+    except ConfigError:
+        return DEFAULT_KEEP_FAILURES_DAYS
+
+
 def _store_prune(path: Path, args: argparse.Namespace) -> int:
     from .engine.store.prune import prune
 
-    done = prune(path, keep_runs=args.keep_runs, dry_run=args.dry_run)
+    done = prune(path, keep_runs=args.keep_runs, keep_failures_days=_failure_days(args), dry_run=args.dry_run)
     if args.format == "json":
         print(json.dumps({"schema": 1, **done.to_dict()}, indent=2))
         return EXIT_OK
@@ -800,7 +849,10 @@ def _store_prune(path: Path, args: argparse.Namespace) -> int:
     print(
         f"{path}: {verb} {_count(len(done.runs), 'run')} ({done.op_results} op results, {done.cases} cases,"
         f" {done.snapshots} input snapshots); kept {_count(done.kept_runs, 'run')}"
+        + (f" and {_count(done.kept_failures, 'failing case')} of removed runs" if done.kept_failures else "")
     )
+    if done.aged_out_runs:
+        print(f"  failing cases of {_count(len(done.aged_out_runs), 'earlier removed run')} aged out")
     if not done.dry_run and done.runs:
         print(f"  size {done.size_before} -> {done.size_after} bytes" + (" (vacuumed)" if done.vacuumed else ""))
     for note in done.notes:

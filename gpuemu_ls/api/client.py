@@ -776,7 +776,7 @@ class Client:
         statuses = set(run.status.values())
         status = next((s for s in ("failed", "error", "not_run") if s in statuses), "passed" if statuses else "not_run")
         self.store.finish_run(run.id, status)
-        retain(self.store, self.config.store.keep_runs, self.source)  # [store] keep_runs, as after a CLI run
+        retain(self.store, self.config.store.keep_runs, self.source, self.config.store.keep_failures_days)
 
 
 def _own_module(root: Path, ref: str) -> str:

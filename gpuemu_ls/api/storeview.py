@@ -106,7 +106,7 @@ def finish_shared_run(store: Store, config: Config, run_id: str, *, mode: str, s
     statuses = {store_verdict(store, config, run_id, op, mode=mode, source=source) for op in ops}
     status = next((s for s in _WORST_FIRST if s in statuses), "passed" if statuses else "not_run")
     store.finish_run(run_id, status)
-    retain(store, config.store.keep_runs, source)  # [store] keep_runs, as after a CLI run
+    retain(store, config.store.keep_runs, source, config.store.keep_failures_days)  # as after a CLI run
     return status
 
 

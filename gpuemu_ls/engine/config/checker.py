@@ -577,6 +577,12 @@ class _Checker:
                 self.problem((*path, "keep_runs"), f'keep_runs is a number of runs or "all", got {v!r}')
             else:
                 self.nonneg((*path, "keep_runs"), v, "int", positive=True)
+        if "keep_failures_days" in tbl and tbl["keep_failures_days"] != "all":
+            v, where = tbl["keep_failures_days"], (*path, "keep_failures_days")
+            if isinstance(v, str):
+                self.problem(where, f'keep_failures_days is a number of days or "all", got {v!r}')
+            else:
+                self.nonneg(where, v)
 
     def check_cuda(self, path: tuple[str | int, ...], value: Any) -> None:
         tbl = self.table(path, value)
@@ -1051,8 +1057,10 @@ class _Checker:
             budget=parse_duration(c["budget"]) if "budget" in c else None,
             quick_budget=parse_duration(quick["budget"]) if "budget" in quick else None,
         )
-        keep = raw.get("store", {}).get("keep_runs", StoreConfig.keep_runs)
-        store = StoreConfig(keep_runs=None if keep == "all" else keep)
+        st = raw.get("store", {})
+        keep = st.get("keep_runs", StoreConfig.keep_runs)
+        days = st.get("keep_failures_days", StoreConfig.keep_failures_days)
+        store = StoreConfig(keep_runs=None if keep == "all" else keep, keep_failures_days=_days(days))
         p = raw.get("policies", {})
         policies = PoliciesConfig(p.get("fail_on_regression", False), float(p.get("warn_threshold", 0.8)))
         cu = raw.get("cuda", {})
@@ -1315,6 +1323,11 @@ def module_outside(root: Path, module: str) -> tuple[Path, Path] | None:
 
 def _opt_tuple(value: Any) -> tuple[str, ...] | None:
     return None if value is None else tuple(value)
+
+
+def _days(value: Any) -> float | None:
+    """``[store] keep_failures_days``: None keeps failing cases forever (``"all"``)."""
+    return None if value == "all" or value is None else float(value)
 
 
 def _tols(raw: dict[str, Any]) -> dict[str, Tolerance]:

@@ -189,6 +189,7 @@ TABLES: dict[tuple[str, ...], dict[str, str]] = {
     ("cuda", "artifact_checks"): dict(_ARTIFACT_CHECKS),
     ("store",): {
         "keep_runs": "Runs of each kind (source and mode) kept after every gpuemu test, fuzz or gate run and every Python API or pytest-plugin run (default 20); older ones of that kind go with their cases and the input snapshots no kept case refers to, except a run that holds some op's latest result, a pinned run (gpuemu store pin, a stored baseline's) or a gpuemu minimize run. \"all\": keep everything. The editors' runs are pruned by gpuemu store prune, which also shrinks the file.",
+        "keep_failures_days": 'Days the failing cases of a pruned run, and the input snapshots they refer to, are kept after the run started (default 90), so gpuemu reproduce still replays them byte for byte; the run\'s passing cases and op results go with it. Older ones go too, and reproduce of such a seed says it was pruned (use --regenerate). 0: they go with their run. "all": keep them forever.',
     },
 }
 

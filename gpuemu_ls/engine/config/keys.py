@@ -281,7 +281,7 @@ _CI_KEYS = {
 }
 _CI_QUICK_KEYS = {"iterations", "dtypes", "budget"}
 _CUDA_KEYS = {"nvcc", "arch", "flags", "include_dirs", "defines", "artifact_checks"}
-_STORE_KEYS = {"keep_runs"}
+_STORE_KEYS = {"keep_runs", "keep_failures_days"}
 
 #: The keys of each table by its schema path (``("ops", "inputs", "*")``: an input the user names), for editors
 #: (:mod:`.keydocs`); the tolerance tables, keyed by dtype, are not here.

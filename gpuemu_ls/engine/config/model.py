@@ -268,11 +268,15 @@ class CIConfig:
 
 #: ``[store] keep_runs`` when not set: runs of each kind (source and mode) a store keeps.
 DEFAULT_KEEP_RUNS = 20
+#: ``[store] keep_failures_days`` when not set: the failing cases (and their input snapshots) of a pruned run are
+#: kept this many days from the run's start, so ``reproduce`` still replays them byte for byte.
+DEFAULT_KEEP_FAILURES_DAYS = 90.0
 
 
 @dataclass(frozen=True)
 class StoreConfig:
     keep_runs: int | None = DEFAULT_KEEP_RUNS  # runs of each kind kept after every run; None: all ("all")
+    keep_failures_days: float | None = DEFAULT_KEEP_FAILURES_DAYS  # failing cases of pruned runs; None: forever
 
 
 @dataclass(frozen=True)
