@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -130,7 +131,7 @@ def _pin_edit(cfg: Config, op_name: str, seed: int, plan: Any, toml_text: str) -
         op = cfg.op(op_name)
         pinned_plan = plan if isinstance(plan, int) and op.plan_bound else None
         start, end, new = edit_op_block(
-            toml_text, op.index, lambda text, index: pin_seed(text, index, op.name, seed, pinned_plan)
+            toml_text, op.index, lambda text, index: _pinned(text, index, op.name, seed, pinned_plan)
         )
     except (KeyError, UsageError, Exception):
         return None
@@ -140,6 +141,11 @@ def _pin_edit(cfg: Config, op_name: str, seed: int, plan: Any, toml_text: str) -
         return None
     stop = lsp.Position(end, 0) if end < len(lines) else lsp.Position(len(lines) - 1, len(lines[-1]))
     return lsp.WorkspaceEdit(changes={cfg.path.as_uri(): [lsp.TextEdit(lsp.Range(lsp.Position(start, 0), stop), new)]})
+
+
+@lru_cache(maxsize=64)  # an editor asks again at each move of the cursor over the diagnostic
+def _pinned(text: str, index: int, name: str, seed: int, plan: int | None) -> str:
+    return pin_seed(text, index, name, seed, plan)
 
 
 def _quick_fix(title: str, d: lsp.Diagnostic, **what: Any) -> lsp.CodeAction:

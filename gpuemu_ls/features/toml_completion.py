@@ -10,6 +10,8 @@ text edit over what was typed, so ``:``, ``.`` and ``/`` inside a value do not s
 from __future__ import annotations
 
 import os
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -34,10 +36,10 @@ SKIP_DIRS = {".git", ".venv", "venv", "node_modules", "__pycache__", ".gpuemu", 
 #: Files whose names a completion offers at most: past it, only those matching what was typed, and the list
 #: says it is incomplete (the editor asks again as the user types), never a silent cut.
 MAX_FILES = 2000
-#: Values a completion sends at most: 2,000 items of a 1,000-op workspace took ~0.1 s to serialize alone, which
-#: an editor pays at every keystroke; past it, those containing what is typed come first and the list says it
-#: is incomplete (the editor asks again as the user types).
-MAX_ITEMS = 300
+#: Values a completion sends at most: 2,000 items of a 1,000-op workspace took ~0.1 s to serialize alone, and as
+#: long again for a client to read, at every keystroke; past it, those containing what is typed come first and
+#: the list says it is incomplete (the editor asks again as the user types). An editor shows a dozen at a time.
+MAX_ITEMS = 100
 #: Files looked at for one completion at most (a workspace opened at a home folder must not walk it all).
 MAX_WALK = 100_000
 MAX_DEPTH = 6
@@ -250,7 +252,6 @@ def _module_of(rel: str) -> str:
 
 
 def _functions(root: Path, found: _Found) -> list[tuple[str, str, lsp.CompletionItemKind, str]]:
-    out = []
     base = root.resolve()
     cut = len(str(base)) + 1  # workspace_files walks the resolved root: every path starts with it
 
@@ -258,14 +259,42 @@ def _functions(root: Path, found: _Found) -> list[tuple[str, str, lsp.Completion
         return str(f)[cut:].replace(os.sep, "/")
 
     files = found.files(base, (".py",), lambda f: _module_of(rel_of(f)))
-    for file in files:
-        rel = rel_of(file)
-        mod = _module_of(rel)
-        if not mod or not all(p.isidentifier() for p in mod.split(".")):
-            continue  # not importable under that name
-        for fn in sorted(top_level_functions(file), key=lambda n: n.startswith("_")):  # private ones last
-            out.append((f"{mod}:{fn}", f"def {fn} in {rel}", lsp.CompletionItemKind.Function, ""))
-    return out
+
+    def read() -> list[tuple[str, str, lsp.CompletionItemKind, str]]:
+        out = []
+        for file in files:
+            rel = rel_of(file)
+            mod = _module_of(rel)
+            if not mod or not all(p.isidentifier() for p in mod.split(".")):
+                continue  # not importable under that name
+            for fn in sorted(top_level_functions(file), key=lambda n: n.startswith("_")):  # private ones last
+                out.append((f"{mod}:{fn}", f"def {fn} in {rel}", lsp.CompletionItemKind.Function, ""))
+        _FUNCTIONS[base] = (files, time.monotonic(), out)
+        return out
+
+    kept = _FUNCTIONS.get(base)
+    if kept is None or kept[0] is not files or len(files) <= MAX_ITEMS:
+        return read()  # a small tree is read afresh: its list is complete, so the editor would not ask again
+    if time.monotonic() - kept[1] > FRESH_S and _rereading.acquire(blocking=False):
+        # the same files a while ago: answered from what was read, and read again for the next keystroke
+        threading.Thread(target=_reread, args=(read,), name="gpuemu-completion", daemon=True).start()
+    return kept[2]
+
+
+def _reread(read: Callable[[], object]) -> None:
+    try:
+        read()
+    finally:
+        _rereading.release()
+
+
+#: How old the functions read from the same walk may be before they are read again, in the background (each
+#: file's were read at every keystroke: a stat and a cache lookup per file, 1,000 of them, on the request
+#: thread); a function added to a file since shows from the next request on.
+FRESH_S = 1.0
+_rereading = threading.Lock()
+#: root -> (the walk they were read from, when, the candidates)
+_FUNCTIONS: dict[Path, tuple[list[Path], float, list[tuple[str, str, lsp.CompletionItemKind, str]]]] = {}
 
 
 def _files(root: Path, suffixes: tuple[str, ...], found: _Found) -> list[tuple[str, str, lsp.CompletionItemKind, str]]:

@@ -46,13 +46,13 @@ def test_an_edited_entry_checked_on_its_own(tmp_path: Path) -> None:
     (tmp_path / "m.py").write_text(OP_PY)
     text = _toml(50)
     broken = text.replace('name = "o30"\n', 'name = "o30"\ntimeout = "soon"\n')
-    got = around(broken, *changed_lines(text, broken))
-    assert got is not None and got[1] == [0, 30]  # the edited entry, and the first
-    part, kept = got
+    part = around(broken, *changed_lines(text, broken))
+    assert part is not None and part.entries == [0, 30]  # the edited entry, and the first
     with pytest.raises(ConfigError) as whole:
         load_config(tmp_path, text=broken)
     with pytest.raises(ConfigError) as alone:
-        load_config(tmp_path, text=part)
-    found = [renumbered(p, kept) for p in alone.value.problems]
-    assert [(p.line, p.message) for p in found] == [(p.line, p.message) for p in whole.value.problems]
+        load_config(tmp_path, text=part.text)
+    found = [renumbered(p, part) for p in alone.value.problems]
+    where = [(p.line, p.column, p.end_line, p.end_column, p.message) for p in found]
+    assert where == [(p.line, p.column, p.end_line, p.end_column, p.message) for p in whole.value.problems]
     assert "ops[30]" in found[0].message
