@@ -158,6 +158,7 @@ def script_throughput(quick: bool) -> dict[str, Any]:
         cold_ms_per_case=round(cold_case * 1e3, 1),
         ratio_jobs_2=round(cold_case / (warm2 / cases), 1),
         scripts_alone_ms_per_case=round(alone * 1e3, 2),
+        warm_x_scripts_alone=round(warm_case / alone, 2),  # gpuemu's whole case over the scripts' own work
         ceiling_for_these_scripts=round(cold_case / alone, 1),
         warm_cases=cases,
         cold_cases=cold_cases,

@@ -23,7 +23,7 @@ from __future__ import annotations
 import hashlib
 import math
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 import numpy as np
@@ -130,9 +130,17 @@ def _horner(coef: Sequence[float], r: np.ndarray) -> np.ndarray:
     return acc
 
 
+#: Up to this many values, :func:`inv_normal_cdf` evaluates one at a time in Python floats: the dozen values in
+#: a case's outer table cells cost a hundred numpy calls on tiny arrays otherwise (the same IEEE operations in
+#: the same order, so the same bits).
+SCALAR_MAX = 64
+
+
 def inv_normal_cdf(p: np.ndarray) -> np.ndarray:
     """Quantiles of N(0, 1) for p in (0, 1), bit-exact (AS241 with :func:`det_log`)."""
     p = np.asarray(p, dtype=np.float64)
+    if p.size <= SCALAR_MAX:
+        return np.array([_as241(v) for v in p.ravel().tolist()], dtype=np.float64).reshape(p.shape)
     q = p - 0.5
     out = np.empty_like(p)
     central = np.abs(q) <= 0.425
@@ -151,33 +159,73 @@ def inv_normal_cdf(p: np.ndarray) -> np.ndarray:
     return out
 
 
+def _log1(x: float) -> float:
+    """:func:`det_log` of one positive finite value, operation for operation."""
+    m, e = math.frexp(x)
+    if m < _SQRT_HALF:
+        m, e = m * 2.0, e - 1
+    s = (m - 1.0) / (m + 1.0)
+    s2 = s * s
+    poly = 1.0 / 23.0
+    for k in range(21, 0, -2):
+        poly = poly * s2 + 1.0 / k
+    fe = float(e)
+    return (fe * _LN2_HI) + ((2.0 * s * poly) + fe * _LN2_LO)
+
+
+def _horner1(coef: Sequence[float], r: float) -> float:
+    acc = coef[-1]
+    for c in reversed(coef[:-1]):
+        acc = acc * r + c
+    return acc
+
+
+def _as241(p: float) -> float:
+    """:func:`inv_normal_cdf` of one value, operation for operation."""
+    q = p - 0.5
+    if abs(q) <= 0.425:
+        r = 0.180625 - q * q
+        return q * _horner1(_A, r) / _horner1(_B, r)
+    r = math.sqrt(-_log1(p if q < 0.0 else 1.0 - p))
+    num, den, shift = (_C, _D, 1.6) if r <= 5.0 else (_E, _F, 5.0)
+    val = _horner1(num, r - shift) / _horner1(den, r - shift)
+    return -val if q < 0.0 else val
+
+
 _TABLE_BITS = 14
 _TABLE: tuple[np.ndarray, np.ndarray] | None = None
 
 
 def _normal_table() -> tuple[np.ndarray, np.ndarray]:
-    """Quantiles of N(0, 1) at k / 2**14 for k = 0 .. 2**14 (ends unused), built once with AS241, and slopes."""
+    """Quantiles of N(0, 1) at k / 2**14 for k = 0 .. 2**14, built once with AS241, and slopes; the two outer
+    cells (k = 0 and 2**14 - 1, evaluated with AS241 itself) hold NaN, which marks them in the result."""
     global _TABLE
     if _TABLE is None:
         n = 1 << _TABLE_BITS
         k = np.arange(1, n, dtype=np.float64)
         values = np.concatenate([[0.0], inv_normal_cdf(k / n), [0.0]])
-        _TABLE = (values, np.append(np.diff(values), 0.0))
+        slopes = np.append(np.diff(values), 0.0)
+        values[[0, n - 1]] = slopes[[0, n - 1]] = np.nan
+        _TABLE = (values, slopes)
     return _TABLE
 
 
 def tabled_normal(u: np.ndarray) -> np.ndarray:
     """N(0, 1) quantiles of u: linear interpolation in a 2**14-entry AS241 table, AS241 in the outer cells."""
+    return _tabled(u * float(1 << _TABLE_BITS), lambda outer: u[outer])  # exact: a power of two
+
+
+def _tabled(x: np.ndarray, outer_u: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+    """:func:`tabled_normal` of ``x = u * 2**14`` (overwritten with the result); ``outer_u`` gives u at the
+    positions that fall in an outer cell (u below 2**-14 or at least 1 - 2**-14)."""
     values, slopes = _normal_table()
-    n = 1 << _TABLE_BITS
-    x = u * float(n)  # exact: n is a power of two
     i = x.astype(np.intp)
     x -= i  # the fraction, exact
     x *= np.take(slopes, i)
     x += np.take(values, i)
-    outer = np.flatnonzero((u < 1.0 / n) | (u >= 1.0 - 1.0 / n))
+    outer = np.flatnonzero(np.isnan(x))  # only the outer cells' NaN: every other term is finite
     if outer.size:
-        x[outer] = inv_normal_cdf(u[outer])
+        x[outer] = inv_normal_cdf(outer_u(outer))
     return x
 
 
@@ -264,7 +312,13 @@ class Stream:
         return u
 
     def normal(self, n: int) -> np.ndarray:
-        return tabled_normal(self.uniform(n))
+        """``tabled_normal(self.uniform(n))``, from the words in fewer passes: with k = w >> 12,
+        ``u * 2**14 = (k + 0.5) * 2**-38 = k * 2**-38 + 2**-39``, each step exact (k < 2**52)."""
+        w = self.words(n)
+        w >>= np.uint64(12)
+        x = np.multiply(w, 2.0**-38)  # the cast to float64 in the same pass
+        x += 2.0**-39
+        return _tabled(x, lambda outer: (w[outer].astype(np.float64) + 0.5) * 2.0**-52)
 
     def integers(self, lo: int, hi: int, n: int) -> np.ndarray:
         """n integers uniform in [lo, hi) (int64); hi - lo must be below 2**53."""

@@ -517,13 +517,14 @@ def _screen(
         return False
     narrow = o_raw.dtype.itemsize <= 4 and r_raw.dtype.itemsize <= 4
     wd = np.float32 if narrow else np.float64
-    o = np.asarray(o_raw, dtype=wd).reshape(-1)
+    # numpy's own float dtypes are widened inside the subtraction (no widened copy of the output first)
+    o = o_raw.reshape(-1) if o_raw.dtype.kind == "f" else np.asarray(o_raw, dtype=wd).reshape(-1)
     r = np.asarray(r_raw, dtype=wd).reshape(-1)
     if atol <= 0:
         return False  # the ratio below needs a positive bound everywhere
     margin = SCREEN_MARGIN if narrow else 1.0
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-        diff = np.subtract(o, r)
+        diff = np.subtract(o, r, dtype=wd)
         np.abs(diff, out=diff)
         allowed = np.abs(r)
         np.multiply(allowed, rtol * margin, out=allowed)

@@ -7,7 +7,7 @@ and the editor's heatmap read these features instead of the full mismatch mask o
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -128,7 +128,9 @@ def heatmap(mask: np.ndarray) -> list[list[float]]:
     return grid
 
 
-def input_features(inputs: dict[str, np.ndarray], output_dtype: str, finite: Collection[str] = ()) -> dict[str, Any]:
+def input_features(
+    inputs: dict[str, np.ndarray], output_dtype: str, finite: Mapping[str, np.ndarray | None] | None = None
+) -> dict[str, Any]:
     """Value facts about a case's inputs that decide bugs random values trigger only now and then.
 
     ``input_ties_down``/``input_ties_up`` (with ``ties_dtype``): how many input elements lie exactly halfway
@@ -137,8 +139,10 @@ def input_features(inputs: dict[str, np.ndarray], output_dtype: str, finite: Col
     ``row_max_min``: the lowest row maximum over the finite values of the float inputs (last axis): a row
     wholly below some -t is what a running max started at 0, or a tail padded with 0 instead of -inf, gets
     wrong. ``masked_input_rows``: rows wholly -inf (fully masked), where a softmax divides 0 by 0.
-    ``finite`` names inputs known to hold finite values only: neither test for infinities is needed there.
+    ``finite`` maps inputs known to hold finite values only to their row maxima (``run.case.case_facts``
+    took them on its way): neither test for infinities nor a pass of its own is needed there.
     """
+    finite = finite or {}
     feats: dict[str, Any] = {}
     out_info = dt.FLOAT_INFO.get(output_dtype)
     lowest: float | None = None
@@ -152,13 +156,14 @@ def input_features(inputs: dict[str, np.ndarray], output_dtype: str, finite: Col
             feats["input_ties_up"] = feats.get("input_ties_up", 0) + up
             feats["ties_dtype"] = output_dtype
         if arr.ndim >= 1 and arr.shape[-1] > 0:
-            # float32 holds every 16-bit value exactly, and numpy reduces it far faster than bfloat16
-            a = arr if arr.dtype.itemsize >= 4 else np.asarray(arr, dtype=np.float32)
-            flat = a.reshape(-1, a.shape[-1])
-            if name in finite:
+            known = finite.get(name)
+            if known is not None:
                 feats["masked_input_rows"] = feats.get("masked_input_rows", 0)
-                rows = flat.max(axis=1)
+                rows = known
             else:
+                # float32 holds every 16-bit value exactly, and numpy reduces it far faster than bfloat16
+                a = arr if arr.dtype.itemsize >= 4 else np.asarray(arr, dtype=np.float32)
+                flat = a.reshape(-1, a.shape[-1])
                 masked = int(np.all(flat == -np.inf, axis=1).sum())
                 feats["masked_input_rows"] = feats.get("masked_input_rows", 0) + masked
                 rows = np.where(np.isfinite(flat), flat, -np.inf).max(axis=1)

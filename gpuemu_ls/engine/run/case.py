@@ -644,17 +644,20 @@ def _watched_seterr(**kwargs: Any) -> dict[str, str]:
     return _ORIGINAL_SETERR(**kwargs)
 
 
-def case_facts(logical: dict[str, np.ndarray], op: OpConfig) -> tuple[CaseFacts, float, set[str]]:
+def case_facts(logical: dict[str, np.ndarray], op: OpConfig) -> tuple[CaseFacts, float, dict[str, np.ndarray | None]]:
     """Whether the case's float inputs hold NaN and whether they are all finite, their largest finite
     magnitude (a feature diagnosis reads: overflow bugs show above some magnitude, whatever the distribution),
-    and the names of the float inputs that are wholly finite (``input_features`` then skips its own test)."""
-    has_nan, finite, biggest, whole = False, True, 0.0, set()
+    and, for each float input that is wholly finite, its row maxima (last axis; ``input_features`` reads them
+    instead of a pass of its own)."""
+    has_nan, finite, biggest = False, True, 0.0
+    whole: dict[str, np.ndarray | None] = {}
     for name, arr in logical.items():
         if (arr.dtype.kind == "f" or arr.dtype.name == "bfloat16") and arr.size:
             extremes = _finite_extremes(arr)
             if extremes is not None:  # the common case: two reductions, no temporaries
-                biggest = max(biggest, *extremes)
-                whole.add(name)
+                lo, hi, rows = extremes
+                biggest = max(biggest, lo, hi)
+                whole[name] = rows
                 continue
             a = np.abs(dt.widened(arr))
             fin = np.isfinite(a)
@@ -665,16 +668,19 @@ def case_facts(logical: dict[str, np.ndarray], op: OpConfig) -> tuple[CaseFacts,
     return CaseFacts(inputs_nan=has_nan, inputs_finite=finite, nan_contract=op.nan_contract), biggest, whole
 
 
-def _finite_extremes(arr: np.ndarray) -> tuple[float, float] | None:
-    """``|min|`` and ``|max|`` of a float array of at most 64 bits when every element is finite, else None.
+def _finite_extremes(arr: np.ndarray) -> tuple[float, float, np.ndarray | None] | None:
+    """``|min|`` and ``|max|`` of a float array of at most 64 bits when every element is finite (else None),
+    and its row maxima (None for a 0-d array).
 
     A NaN propagates through both reductions and an infinity is one of them, so two finite extremes mean a
-    finite array, and the larger of their magnitudes is its largest (exact: widening to float64 is)."""
+    finite array, and the larger of their magnitudes is its largest (exact: widening to float64 is). The
+    maximum is taken over the row maxima, which diagnosis reads too: one pass serves both."""
     if arr.dtype.itemsize > 8:
         return None
     a = arr if arr.dtype.itemsize >= 4 else np.asarray(arr, dtype=np.float32)  # exact, and numpy reduces it faster
-    lo, hi = abs(float(a.min())), abs(float(a.max()))
-    return (lo, hi) if math.isfinite(lo) and math.isfinite(hi) else None
+    rows = a.reshape(-1, a.shape[-1]).max(axis=1) if a.ndim else None
+    lo, hi = abs(float(a.min())), abs(float(rows.max() if rows is not None else a.max()))
+    return (lo, hi, rows) if math.isfinite(lo) and math.isfinite(hi) else None
 
 
 def _working(

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from . import contain
+from .watchdog import WATCHDOG
 
 
 def available() -> bool:
@@ -144,6 +145,7 @@ class ScriptFork:
         self.stdout = _anon_file("gpuemu-stdout")
         self.report = _anon_file("gpuemu-report")
         self.watchdog: float | None = None  # seconds before a hung script's stack goes to the log
+        self.rearm = True  # re-arm this process's dump after a call (False: it runs no user code to watch)
 
     def close(self) -> None:
         for fd in (self.stdin, self.stdout, self.report):
@@ -172,7 +174,7 @@ class ScriptFork:
             except (AttributeError, OSError, ValueError):
                 pass
         err_start = _offset(2)
-        faulthandler.cancel_dump_traceback_later()  # its watchdog thread would not exist in the child
+        WATCHDOG.disarm()  # its watchdog thread would not exist in the child
         before = set(contain.descendants(os.getpid()))
         pid = os.fork()
         if pid == 0:
@@ -184,8 +186,8 @@ class ScriptFork:
         if left:
             contain.kill_pids(left)
             contain.reap_children(0.2)
-        if self.watchdog:
-            faulthandler.dump_traceback_later(self.watchdog, exit=False)
+        if self.watchdog and self.rearm:
+            WATCHDOG.arm(self.watchdog)
         raw = _read_all(self.report)
         if not raw:
             _die_like(status)
@@ -223,7 +225,7 @@ class ScriptFork:
             sys.modules["__main__"] = main
             atexit._clear()  # the worker's exit handlers are not the script's
             if self.watchdog:
-                faulthandler.dump_traceback_later(self.watchdog, exit=False)
+                WATCHDOG.arm(self.watchdog)
             try:
                 exec(code, main.__dict__)
             except SystemExit as exc:

@@ -25,6 +25,7 @@ from ..config.model import OpConfig, ValidationConfig
 from . import contain, pick, shadow, triton_interp
 from .case import CaseContext, run_case_guarded
 from .runners import CallError, ScriptRunner
+from .watchdog import WATCHDOG
 
 
 def build_context(root: Path, op: OpConfig, validation: ValidationConfig) -> CaseContext:
@@ -144,13 +145,17 @@ def _limit_cpu(seconds: float) -> None:
 CASE_MARK = "--- gpuemu: case seed="
 
 
-def _announce(conn: Connection, seed: int, phase: str, watchdog: float) -> None:
+def _announce(conn: Connection, seed: int, phase: str, watchdog: float | None) -> None:
     """Tell the supervisor a case left its op phase (a case starts in it), so a crash is blamed right.
 
-    Each phase gets the supervisor's full timeout, so the stack dump is re-armed to fire just before it:
-    a hung op or reference then leaves the line it is stuck on in the log (see validate.crash_site).
+    Each phase gets the supervisor's full timeout, so the stack dump is re-armed to fire just before it
+    (an arming still fresh stands, :mod:`watchdog`): a hung op or reference then leaves the line it is
+    stuck on in the log (see validate.crash_site). ``watchdog`` is None when both run as forked scripts,
+    each of which arms its own: this process then runs none of the user's code, and arming here would only
+    be cancelled again before each fork.
     """
-    faulthandler.dump_traceback_later(watchdog, exit=False)
+    if watchdog is not None:
+        WATCHDOG.arm(watchdog)
     if phase != "op":
         conn.send(("phase", seed, phase))
 
@@ -159,13 +164,15 @@ def serve(conn: Connection) -> None:
     """Answer messages until the supervisor says exit or goes away."""
     ctx: CaseContext | None = None
     cpu_seconds = 60.0
-    watchdog = 54.0
+    in_process: float | None = 54.0  # the dump's delay where the op or its reference runs in this process
     while True:
         try:
             msg = conn.recv()
         except (EOFError, OSError):
             return
         tag = msg[0]
+        if tag != "case":
+            WATCHDOG.disarm()  # armed by the last case, whose next message this is
         if tag == "exit":
             return
         if tag == "setup":
@@ -179,9 +186,11 @@ def serve(conn: Connection) -> None:
                 timeout = op.timeout or validation.timeout
                 cpu_seconds = timeout * max(1, os.cpu_count() or 1) + 1.0
                 watchdog = max(0.05, 0.9 * timeout)
-                for runner in (ctx.op_runner, ctx.ref_runner):
-                    if isinstance(runner, ScriptRunner) and runner.fork is not None:
-                        runner.fork.watchdog = watchdog
+                forks = [r.fork for r in (ctx.op_runner, ctx.ref_runner) if isinstance(r, ScriptRunner) and r.fork]
+                # user code runs in this process (not both forked scripts, which arm their own): arm the dump here
+                in_process = watchdog if len(forks) < 2 else None
+                for fork in forks:
+                    fork.watchdog, fork.rearm = watchdog, in_process is not None
                 gc.freeze()  # forked script calls then copy no page for the collector's sake
                 conn.send(("ready", {"op": ctx.op_runner.where, "reference": ctx.ref_runner.where}))
             except CallError as exc:
@@ -210,11 +219,12 @@ def serve(conn: Connection) -> None:
                     ctx,
                     spec,
                     snapshot,
-                    phase=lambda p, s=spec.seed, w=watchdog: _announce(conn, s, p, w),
+                    phase=lambda p, s=spec.seed, w=in_process: _announce(conn, s, p, w),
                     memory_note=lambda limit=ctx.validation.memory_limit_mb: _memory_note(limit),
                 )
             finally:
-                faulthandler.cancel_dump_traceback_later()
+                if not conn.poll(0):  # no case queued behind this one: an idle worker dumps no stack
+                    WATCHDOG.disarm()
             for c in result.comparisons:
                 c.mask = None  # diagnosis features are already taken; the mask stays here
             conn.send(("result", result))
