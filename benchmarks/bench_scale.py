@@ -117,9 +117,6 @@ def store_size(quick: bool) -> dict[str, Any]:
     )
 
 
-BENCHMARKS = {16: store_size}
-
-
 #: runs the gate in this process and writes its own peak RSS (not its workers') to the file in argv[1]
 RSS_GATE = """
 import atexit, json, resource, runpy, sys
@@ -151,3 +148,35 @@ def gate_rss(root: Path, iterations: int | None, *extra: str, env: dict[str, str
         "seconds": round(time.perf_counter() - t, 1),
         "cases": sum(o["cases"] for o in doc["ops"]),
     }
+
+
+def gate_memory(quick: bool) -> dict[str, Any]:
+    """#17: the gate's own peak RSS, thorough, on generated workspaces of 100 and 1,000 cheap numpy ops (5 % with
+    a planted bug); ``GPUEMU_BENCH_OPS=100,1000,3000`` sets the sizes, ``GPUEMU_BENCH_ITERATIONS`` the cases."""
+    import os
+
+    from bench_tools import _bugged_workspace
+
+    sizes = [int(n) for n in os.environ.get("GPUEMU_BENCH_OPS", "30,300" if quick else "100,1000").split(",")]
+    iterations = int(os.environ.get("GPUEMU_BENCH_ITERATIONS", "10" if quick else "0")) or None
+    runs: dict[int, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in sizes:
+            runs[n] = gate_rss(_bugged_workspace(Path(tmp) / f"ws{n}", n), iterations)
+    small, big = min(sizes), max(sizes)
+    ratio = runs[big]["maxrss_kb"] / runs[small]["maxrss_kb"]
+    return result(
+        17,
+        f"gate peak RSS (its own process), thorough{f' --iterations {iterations}' if iterations else ''}:"
+        f" {big} ops vs {small} ops",
+        ratio,
+        "x",
+        "<= 2x (to 3,000 ops)",
+        ratio <= 2.0,
+        rss_mib={str(n): round(r["maxrss_kb"] / 1024, 1) for n, r in runs.items()},
+        cases={str(n): r["cases"] for n, r in runs.items()},
+        seconds={str(n): r["seconds"] for n, r in runs.items()},
+    )
+
+
+BENCHMARKS = {16: store_size, 17: gate_memory}

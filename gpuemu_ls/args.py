@@ -7,7 +7,7 @@ import argparse
 import os
 import shlex
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from .engine.config.keys import CONFIG_NAME, MAX_ITERATIONS, MAX_JOBS, MAX_SEED, check_budget, parse_duration
@@ -145,15 +145,31 @@ def jobs_arg(text: str) -> int | str:
     return value
 
 
-def emit(text: str, output: str | None) -> None:
-    """Print ``text``, or write it to ``output``; a file that cannot be written is a usage error (exit 2)."""
+def emit(text: str | Iterable[str], output: str | None) -> None:
+    """Print ``text`` (or its parts, one after the other), or write it to ``output`` ending in a newline; a file
+    that cannot be written is a usage error (exit 2)."""
     if output:
         try:  # all or nothing: a report that fails half-way never replaces the previous one
-            replace_file(output, text + ("\n" if not text.endswith("\n") else ""))
+            replace_file(output, _ended((text,) if isinstance(text, str) else text))
         except OSError as exc:
             raise UsageError(f"cannot write --output {output}: {exc.strerror or exc}") from None
-    else:
+    elif isinstance(text, str):
         print(text)
+    else:
+        for part in text:
+            sys.stdout.write(part)
+        print()
+
+
+def _ended(parts: Iterable[str]) -> Iterator[str]:
+    """``parts``, then a newline unless they end in one (a report's text never ends half a line)."""
+    last = ""
+    for part in parts:
+        if part:
+            last = part
+            yield part
+    if not last.endswith("\n"):
+        yield "\n"
 
 
 def replay_prefix(cfg: Config) -> str:

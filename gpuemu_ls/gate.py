@@ -23,7 +23,7 @@ from .args import (
 )
 from .console import Progress
 from .engine.config.model import Config
-from .engine.report.formats import FORMATS, render
+from .engine.report.formats import FORMATS, render, render_parts
 from .engine.tools.gate import GateOptions, run_gate
 
 
@@ -91,13 +91,13 @@ def run_ci(cfg: Config, args: argparse.Namespace) -> int:
     plan = doc.get("shard_plan") or {}
     if args.shard is not None and args.shard.strip().lower() == "auto":
         print(f"gpuemu: --shard auto: shard {plan.get('shard')} ({plan.get('from')})", file=sys.stderr)
-    text = render(doc, args.format, show=args.show, replay_prefix=replay_prefix(cfg), redact=args.redact)
+    text = render_parts(doc, args.format, show=args.show, replay_prefix=replay_prefix(cfg), redact=args.redact)
     if args.output:
         emit(text, args.output)
         if args.format != "text":
             print(render(doc, "text", show=args.show, replay_prefix=replay_prefix(cfg)))
     else:
-        print(text)
+        emit(text, None)
     return int(doc["exit_code"])
 
 

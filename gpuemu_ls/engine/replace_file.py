@@ -14,6 +14,7 @@ import contextlib
 import os
 import stat
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 
@@ -29,12 +30,17 @@ def _umask() -> int:
     return 0o022
 
 
-def replace_file(path: Path | str, data: bytes | str) -> Path:
-    """Write ``data`` to ``path`` atomically; returns the file written (a symlink's target).
+#: Text is encoded this many characters at a time: a report of thousands of ops is never copied whole.
+_SLICE = 1 << 20
+
+
+def replace_file(path: Path | str, data: bytes | str | Iterable[bytes | str]) -> Path:
+    """Write ``data`` (or its parts one after the other) to ``path`` atomically; returns the file written (a
+    symlink's target).
 
     Raises ``OSError`` whose message says the old file was left as it was.
     """
-    raw = data.encode("utf-8", errors="backslashreplace") if isinstance(data, str) else data
+    parts = (data,) if isinstance(data, (bytes, str)) else data
     target = Path(os.path.realpath(path))
     try:
         mode = stat.S_IMODE(os.stat(target).st_mode)
@@ -44,7 +50,12 @@ def replace_file(path: Path | str, data: bytes | str) -> Path:
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent)
         with os.fdopen(fd, "wb") as fh:
-            fh.write(raw)
+            for part in parts:
+                if isinstance(part, bytes):
+                    fh.write(part)
+                    continue
+                for at in range(0, len(part), _SLICE):
+                    fh.write(part[at : at + _SLICE].encode("utf-8", errors="backslashreplace"))
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, mode)

@@ -15,7 +15,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,6 +48,9 @@ VERDICT_MODES = ("quick", "thorough", "fuzz")
 MAX_CONSECUTIVE_LOST = 3
 #: Cases queued to a worker at once: it runs the next while the supervisor reads the last result.
 PIPELINE = 2
+#: Ops planned ahead of those running, per job: enough to keep every worker fed, few enough that a run of
+#: thousands of ops does not hold them all planned at once.
+LOOKAHEAD_PER_JOB = 2
 
 
 @dataclass
@@ -444,8 +447,12 @@ def run_validation(
     plans: dict[str, list[CaseSpec]] = dict(specs_by_op or {})
 
     def plan_of(op: OpConfig) -> list[CaseSpec]:
-        if op.name not in plans and op.name in ahead:
-            plans[op.name] = ahead[op.name].result()
+        if op.name not in plans:
+            plan_more(op)
+            made = ahead.pop(op.name, None)
+            if made is not None:
+                plans[op.name] = made.result()
+                plan_more()
         return plans.get(op.name, [])
 
     run_id = None
@@ -544,9 +551,10 @@ def run_validation(
 
             probe = make_probe(config, op, run_one)
         outcome.diagnosis = diagnose(outcome, op, config.root, probe)
-        cut = cuts.get(op.name)
+        cut = cuts.pop(op.name, None)
         if cut is not None:
             outcome.budget = cut.report([c.spec for c in outcome.cases], full_estimate(cut, outcome))
+        plans.pop(op.name, None)  # a finished op's plan goes: a run holds the plans of the ops under way only
         if store is not None and run_id is not None and outcome.status != "cancelled":
             with store_lock:
                 store.add_cases(
@@ -575,7 +583,23 @@ def run_validation(
                 plan.pool = cut_pool_of(config, op, options.mode, cut.planned if cut is not None else plan)
         return plan
 
-    ahead = {op.name: planner.submit(plan_ahead, op) for op in ops if planner is not None}
+    # ... but only a few ops ahead: a run of thousands of ops never holds every op's planned cases (issue 31)
+    ahead: dict[str, Future[Plan]] = {}
+    unplanned = deque(ops if planner is not None else ())
+    waiting = {op.name for op in unplanned}
+    ahead_lock = threading.Lock()
+
+    def plan_more(need: OpConfig | None = None) -> None:
+        """Keep ``LOOKAHEAD_PER_JOB`` plans a job made ahead (and ``need``'s, when an op asks out of turn)."""
+        with ahead_lock:
+            while planner is not None and unplanned:
+                if len(ahead) >= LOOKAHEAD_PER_JOB * jobs and (need is None or need.name not in waiting):
+                    break
+                nxt = unplanned.popleft()
+                waiting.discard(nxt.name)
+                ahead[nxt.name] = planner.submit(plan_ahead, nxt)
+
+    plan_more()
 
     side_by_side = not (shards > 1 or jobs == 1 or len(ops) <= 1)
     pool = ThreadPoolExecutor(max_workers=min(jobs, len(ops)) if side_by_side else 1, thread_name_prefix="gpuemu-op")
@@ -623,7 +647,7 @@ def run_validation(
             # housekeeping (the [store] keep_runs rule): a store that cannot be pruned now (locked past the
             # retries) is pruned after the next run, and the run's own verdict never depends on it
             with contextlib.suppress(StoreError):
-                retain(store, config.store.keep_runs, options.source)
+                retain(store, config.store.keep_runs, options.source, config.store.keep_failures_days)
     return result
 
 

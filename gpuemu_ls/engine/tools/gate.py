@@ -26,6 +26,7 @@ from ..report.results import build_document
 from ..run.cpus import resolve_jobs
 from ..run.validate import RunOptions, run_validation
 from ..store.db import Store
+from .settle import settle_ops
 from .shard import parse_shard, plan_shard
 
 __all__ = ["GateOptions", "default_jobs", "parse_shard", "run_gate"]
@@ -104,6 +105,7 @@ def run_gate(config: Config, options: GateOptions, store: Store | None = None) -
     )
     if options.store and store is None:
         store = Store.for_workspace(config.root)
+    entries = settle_ops(config, run_opts)
     run = run_validation(config, run_opts, store=store) if ops else None
     kernel_entries: list[dict[str, Any]] = []
     if kernels:
@@ -139,6 +141,7 @@ def run_gate(config: Config, options: GateOptions, store: Store | None = None) -
         shard=f"{shard.k}/{shard.n}" if shard else None,
         fail_on_regression=fail_on_regression,
         mode=options.mode,
+        entries=entries,
     )
     if base is not None:
         regs = regressions(doc, base, config.ci.regression_threshold)
@@ -151,6 +154,7 @@ def run_gate(config: Config, options: GateOptions, store: Store | None = None) -
             fail_on_regression=fail_on_regression,
             mode=options.mode,
             extra={"baseline": base.get("tag")},
+            entries=entries,
         )
     if shard is not None:  # what --merge checks: every shard planned the same partition
         doc["shard_plan"] = shard.describe()

@@ -3,6 +3,7 @@ Markdown for CI job summaries, HTML for a page to open, print or keep as an arti
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from .html import render_html
@@ -34,4 +35,24 @@ def render(doc: dict[str, Any], fmt: str, *, redact: bool = False, **kw: Any) ->
     return render_text(doc, **kw)
 
 
-__all__ = ["FORMATS", "render", "render_html", "render_junit", "render_markdown", "render_sarif", "render_text"]
+def render_parts(doc: dict[str, Any], fmt: str, *, redact: bool = False, **kw: Any) -> Iterable[str]:
+    """:func:`render` in parts to write one after the other: JSON chunk by chunk (a document of thousands of
+    ops is never one string: issue 31), any other format whole."""
+    from ..redact import redact as redact_document
+    from ..results import iter_json
+
+    if fmt == "json":
+        return iter_json(redact_document(doc) if redact else doc)
+    return (render(doc, fmt, redact=redact, **kw),)
+
+
+__all__ = [
+    "FORMATS",
+    "render",
+    "render_html",
+    "render_junit",
+    "render_markdown",
+    "render_parts",
+    "render_sarif",
+    "render_text",
+]
