@@ -50,10 +50,15 @@ def _kind(key: Any) -> str:
     raise UsageError(f"unsupported key type {type(key).__name__}: use Ed25519 or ECDSA P-256/P-384")
 
 
-def _hash_of(kind: str) -> Any:
+def _scheme(kind: str) -> tuple[Any, ...]:
+    """What ``sign``/``verify`` take after the data for a key of ``kind``: nothing for Ed25519 (the scheme fixes
+    its hash), ECDSA with the curve's hash otherwise. Signing and checking read the same table."""
+    if kind == "ed25519":
+        return ()
     from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec
 
-    return hashes.SHA384() if kind == "ecdsa-secp384r1" else hashes.SHA256()
+    return (ec.ECDSA(hashes.SHA384() if kind == "ecdsa-secp384r1" else hashes.SHA256()),)
 
 
 @dataclass(frozen=True)
@@ -72,11 +77,7 @@ class SigningKey:
         return keyid(self.key.public_key())
 
     def sign(self, data: bytes) -> bytes:
-        if self.kind == "ed25519":
-            return bytes(self.key.sign(data))
-        from cryptography.hazmat.primitives.asymmetric import ec
-
-        return bytes(self.key.sign(data, ec.ECDSA(_hash_of(self.kind))))
+        return bytes(self.key.sign(data, *_scheme(self.kind)))
 
 
 def _inside_workspace(path: Path) -> Path | None:
@@ -143,14 +144,9 @@ class PublicKey:
 
     def check(self, data: bytes, signature: bytes) -> bool:
         from cryptography.exceptions import InvalidSignature
-        from cryptography.hazmat.primitives.asymmetric import ec
 
-        kind = _kind(self.key)
         try:
-            if kind == "ed25519":
-                self.key.verify(signature, data)
-            else:
-                self.key.verify(signature, data, ec.ECDSA(_hash_of(kind)))
+            self.key.verify(signature, data, *_scheme(_kind(self.key)))
         except InvalidSignature:
             return False
         return True
