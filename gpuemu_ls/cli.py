@@ -44,7 +44,7 @@ from .engine.config.load import find_workspace, load_config
 from .engine.config.model import Config
 from .engine.errors import ConfigError, UsageError
 from .engine.report.baseline import baseline_path, from_document, load_baseline, regressions, write_baseline
-from .engine.report.formats import FORMATS, render
+from .engine.report.formats import FORMATS, render, render_parts
 from .engine.report.lines import replay_command, row_line, row_plan
 from .engine.report.results import (
     build_document,
@@ -64,6 +64,7 @@ from .engine.store.prune import DEFAULT_KEEP_FAILURES_DAYS, DEFAULT_KEEP_RUNS
 from .engine.tools.calibrate import CalibrationRefused, calibrate, write_tolerances
 from .engine.tools.minimize import describe, minimize, store_minimized
 from .engine.tools.repro import needs, write_repro
+from .engine.tools.settle import settle_ops
 from .gate import gate_flags, run_ci
 
 
@@ -310,10 +311,12 @@ def _run_and_report(
     options.on_case = lambda op, r, i, n: progress.case(op, r.status, i, n)
     # an op whose probe case measured its cost runs its cut, not the plan counted above
     options.on_op_start = lambda op, n: progress.replan(len(plans.get(op, ())), n)
+    entries = settle_ops(cfg, options)  # each op's cases go as it finishes, as in the gate
     result = run_validation(cfg, options, specs_by_op=plans, snapshots=snapshots)
     progress.close()
-    doc = build_document(cfg, result, mode=options.mode)
-    emit(render(doc, args.format, show=args.show, replay_prefix=replay_prefix(cfg), redact=args.redact), args.output)
+    doc = build_document(cfg, result, mode=options.mode, entries=entries)
+    shown = render_parts(doc, args.format, show=args.show, replay_prefix=replay_prefix(cfg), redact=args.redact)
+    emit(shown, args.output)
     return int(doc["exit_code"])
 
 
