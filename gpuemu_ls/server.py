@@ -29,7 +29,7 @@ from pygls.protocol.json_rpc import RPCRequest
 
 from ._version import __version__
 from .diagnostics.code_actions import COMMANDS
-from .diagnostics.diagnostics import workspace_diagnostics
+from .diagnostics.diagnostics import CONFIG_CODES, config_diagnostics, workspace_diagnostics
 from .diagnostics.ranges import op_at_line
 from .engine.config.blocks import around, changed_lines, renumbered
 from .engine.config.keys import CONFIG_NAME
@@ -408,8 +408,19 @@ class GpuemuServer(LanguageServer):
         except ConfigError as exc:
             if s.generation == gen and s.loaded_generation < gen:
                 problems = [renumbered(p, part) for p in exc.problems]
-                diags = workspace_diagnostics(s, trusted=self.options.trusted, problems=problems)
-                self.post(self._send_diagnostics, s, diags)
+                self.post(self._send_config_problems, s, gen, config_diagnostics(s.config_path, problems))
+
+    def _send_config_problems(self, s: WorkspaceSession, gen: int, found: dict[Path, list[lsp.Diagnostic]]) -> None:
+        """gpuemu.toml's diagnostics with the edited entry's problems in place of its config problems (the rest
+        of what it shows, a failing op's entry, stays); the whole check replaces them."""
+        if s.loaded_generation >= gen:
+            return
+        shown = [d for d in self.sent.get(s.config_path, []) if d.code not in CONFIG_CODES]
+        self._send_diagnostics(s, {**self._shown(s), s.config_path: found.get(s.config_path, []) + shown})
+
+    def _shown(self, s: WorkspaceSession) -> dict[Path, list[lsp.Diagnostic]]:
+        """What the client was last sent for the workspace's files."""
+        return {p: self.sent.get(p, []) for p in self.published.get(s.root, set())}
 
     def on_changed(self, s: WorkspaceSession, paths: set[Path], reason: str) -> None:
         """Files changed on disk (a save, a checkout): reload the config if needed, validate what is affected."""

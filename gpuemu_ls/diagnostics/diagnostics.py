@@ -14,6 +14,7 @@ import ast
 import json
 import re
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -306,21 +307,27 @@ def _config_diagnostic(p: Any, severity: lsp.DiagnosticSeverity, code: str) -> l
     )
 
 
-def workspace_diagnostics(
-    session: WorkspaceSession, *, trusted: bool = True, problems: list[Problem] | None = None
+CONFIG_CODES = ("config-error", "config-warning")
+
+
+def config_diagnostics(
+    config_path: Path, problems: Sequence[Problem], warnings: Sequence[Problem] = ()
 ) -> dict[Path, list[lsp.Diagnostic]]:
-    """Every diagnostic of a workspace, by absolute file path (files without any get an empty list); ``problems``:
-    config problems found in place of the session's (an edited entry checked on its own, ahead of the file)."""
+    """The configuration's problems (codes ``CONFIG_CODES``), by the file each is in."""
     out: dict[Path, list[lsp.Diagnostic]] = defaultdict(list)
+    for found, severity, code in (
+        (problems, lsp.DiagnosticSeverity.Error, CONFIG_CODES[0]),
+        (warnings, lsp.DiagnosticSeverity.Warning, CONFIG_CODES[1]),
+    ):
+        for p in found:
+            out[Path(p.file).resolve() if p.file else config_path].append(_config_diagnostic(p, severity, code))
+    return out
+
+
+def workspace_diagnostics(session: WorkspaceSession, *, trusted: bool = True) -> dict[Path, list[lsp.Diagnostic]]:
+    """Every diagnostic of a workspace, by absolute file path (files without any get an empty list)."""
     config_path = session.config_path
-    for p in session.problems if problems is None else problems:
-        out[Path(p.file).resolve() if p.file else config_path].append(
-            _config_diagnostic(p, lsp.DiagnosticSeverity.Error, "config-error")
-        )
-    for p in session.warnings if problems is None else ():
-        out[Path(p.file).resolve() if p.file else config_path].append(
-            _config_diagnostic(p, lsp.DiagnosticSeverity.Warning, "config-warning")
-        )
+    out = config_diagnostics(config_path, session.problems, session.warnings)
     cfg = session.config
     if cfg is None:
         return out
