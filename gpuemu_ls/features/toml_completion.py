@@ -291,7 +291,7 @@ def _reread(read: Callable[[], object]) -> None:
 #: How old the functions read from the same walk may be before they are read again, in the background (each
 #: file's were read at every keystroke: a stat and a cache lookup per file, 1,000 of them, on the request
 #: thread); a function added to a file since shows from the next request on.
-FRESH_S = 1.0
+FRESH_S = 5.0
 _rereading = threading.Lock()
 #: root -> (the walk they were read from, when, the candidates)
 _FUNCTIONS: dict[Path, tuple[list[Path], float, list[tuple[str, str, lsp.CompletionItemKind, str]]]] = {}

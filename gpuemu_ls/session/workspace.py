@@ -76,6 +76,7 @@ class WorkspaceSession:
         self.saved_config: Config | None = None  # as last read from disk: what a save is compared against
         self.loader: Any = None  # the server's one-thread executor for config reloads
         self.loaded_text: str | None = None  # the text the current problems/config came from
+        self.config_text: str | None = None  # the text ``config`` was loaded from
         self.closed = False  # the server shut down: the store is not reopened
         self.stale = False  # a run finished and its verdicts are not in ``views`` yet
 
@@ -94,6 +95,14 @@ class WorkspaceSession:
                 text = read_text(self.config_path)
             except (OSError, UnicodeDecodeError):
                 text = None  # load_config reports it (a FIFO or a huge file is refused before it is read)
+        if not saved and text is not None and self.config is not None and text == self.config_text:
+            # an unsaved buffer back to the text the config came from (an undone typo): the same config, not
+            # another half second of checking a 1,000-op file while requests wait for the processor
+            with self.lock:
+                self.loaded_text = text
+                self.problems = []
+                self.warnings = list(self.config.warnings)
+            return True
         try:
             config = load_config(self.root, text=text)
         except ConfigError as exc:
@@ -105,7 +114,7 @@ class WorkspaceSession:
                     self.config = None
             return False
         with self.lock:
-            self.loaded_text = text
+            self.loaded_text = self.config_text = text
             self.config = config
             self.problems = []
             self.warnings = list(config.warnings)
