@@ -53,7 +53,7 @@ class Harness:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="fuzz-loop", daemon=True)
         self.thread.start()
-        opts = {**relkit.QUIET, "onSave": True, "onOpen": True, "iterations": 2}
+        opts = {**relkit.QUIET, "onSave": True, "runOnOpen": "quick", "iterations": 2}  # opening runs ops
         self.client = self.run(
             relkit.start_server(root, opts, env=relkit.child_env({relkit.TAG_VAR: self.tag}), log_file=log)
         )
