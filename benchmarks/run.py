@@ -18,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_engine
 import bench_lsp
+import bench_ops_scale
 import bench_report
 import bench_scale
 import bench_tools
@@ -28,6 +29,7 @@ import bench_verdicts
 ALL = {
     **bench_engine.BENCHMARKS,
     **bench_lsp.BENCHMARKS,
+    **bench_ops_scale.BENCHMARKS,
     **bench_report.BENCHMARKS,
     **bench_scale.BENCHMARKS,
     **bench_tools.BENCHMARKS,
