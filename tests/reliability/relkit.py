@@ -43,7 +43,6 @@ WORKER_MARK = "gpuemu_ls.engine.run.worker"
 QUIET = {
     "mode": "quick",
     "iterations": 1,
-    "onOpen": False,
     "onSave": False,
     "runOnOpen": "off",
     "watch": "off",

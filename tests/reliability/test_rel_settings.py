@@ -146,9 +146,9 @@ sys.exit({main}({argv!r}))
 @pytest.mark.parametrize(
     ("face", "main", "target", "argv"),
     [
-        ("cli", "gpuemu_main", "gpuemu_ls.cli:render", ["test", "--quick", "--no-progress"]),
+        ("cli", "gpuemu_main", "gpuemu_ls.cli:render_parts", ["test", "--quick", "--no-progress"]),
         ("cli", "gpuemu_main", "gpuemu_ls.engine.store.db:Store.latest_op_results", ["ops"]),
-        ("gate", "check_main", "gpuemu_ls.gate:render", ["--check", "--quick"]),
+        ("gate", "check_main", "gpuemu_ls.gate:render_parts", ["--check", "--quick"]),
     ],
 )
 def test_an_internal_error_is_reported_as_gpuemus_bug(
