@@ -60,7 +60,7 @@ from .engine.run.cpus import resolve_jobs
 from .engine.run.frameworks import torch_build_note
 from .engine.run.validate import RunOptions, plan_op, replay_spec, run_validation
 from .engine.store.db import Store, StoreError, store_path
-from .engine.store.prune import DEFAULT_KEEP_FAILURES_DAYS, DEFAULT_KEEP_RUNS
+from .engine.store.prune import DEFAULT_KEEP_FAILURES_DAYS, DEFAULT_KEEP_RUNS, pin_held
 from .engine.tools.calibrate import CalibrationRefused, calibrate, write_tolerances
 from .engine.tools.minimize import describe, minimize, store_minimized
 from .engine.tools.repro import needs, write_repro
@@ -713,7 +713,7 @@ def cmd_baseline(args: argparse.Namespace) -> int:
             raise UsageError("no results to store: run `gpuemu ci` (or `gpuemu test`) first")
         base = from_document(doc, args.tag)
         write_baseline(cfg, path, base)
-        pinned = _pin_baseline_runs(cfg, base)
+        pinned = pin_held(store_path(cfg.root), base["runs"], f"baseline {base['tag']}")
         print(f"baseline {args.tag!r}: {len(doc['ops'])} ops, {len(doc['kernels'])} kernels -> {path}")
         if pinned:
             print(f"  pinned {pinned} stored run(s) it was taken from: retention keeps them (`gpuemu store runs`)")
@@ -728,22 +728,6 @@ def cmd_baseline(args: argparse.Namespace) -> int:
         print(f"REGRESSION {r['kind']} {r['name']}: {r['reason']}")
     print(f"{len(regs)} regressions against baseline {args.tag!r}")
     return EXIT_FAIL if regs and args.fail_on_regression else EXIT_OK
-
-
-def _pin_baseline_runs(cfg: Config, base: dict[str, Any]) -> int:
-    """Pin the stored runs a baseline names, so retention keeps the cases behind its figures; runs this store
-    does not hold (a --from file of another machine's run) are skipped."""
-    path = store_path(cfg.root)
-    if not base["runs"] or not path.exists():
-        return 0
-    store = Store(path)
-    try:
-        held = [r for r in base["runs"] if store.run(r) is not None]
-        for run_id in held:
-            store.pin(run_id, f"baseline {base['tag']}")
-        return len(held)
-    finally:
-        store.close()
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:

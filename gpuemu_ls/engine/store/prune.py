@@ -61,6 +61,22 @@ def _size(path: Path) -> int:
     return sum(p.stat().st_size for p in (path, wal_path(path)) if p.exists())
 
 
+def pin_held(path: Path, run_ids: list[str], reason: str) -> int:
+    """Pin those of ``run_ids`` the store at ``path`` holds (``gpuemu baseline store``: the runs a baseline was
+    taken from, so retention keeps the cases behind its figures; a run of another machine's store is skipped).
+    How many were pinned; 0 without a store."""
+    if not run_ids or not path.exists():
+        return 0
+    store = Store(path)
+    try:
+        held = [r for r in run_ids if store.run(r) is not None]
+        for run_id in held:
+            store.pin(run_id, reason)
+        return len(held)
+    finally:
+        store.close()
+
+
 def prune(
     path: Path,
     *,
