@@ -227,8 +227,9 @@ def workspace_files(root: Path, suffixes: tuple[str, ...], *, limit: int = MAX_F
             break
     if len(_WALKS) > 16:
         _WALKS.clear()
-    _WALKS[key] = (seen, found[:limit])
-    return found[:limit]
+    found = found[:limit]
+    _WALKS[key] = (seen, found)
+    return found  # the kept list itself: _functions knows an unchanged walk by identity
 
 
 #: (root, suffixes, limit) -> (the folders walked with their times, the files found)
@@ -243,8 +244,8 @@ def _dir_time(folder: str) -> float:
 
 
 def _module_of(rel: str) -> str:
-    """``module_name`` of a path already relative to the root (``pkg/mod.py``): no resolving per file, which
-    was most of a completion's time over 1,000 modules."""
+    """How ``module = "..."`` names a workspace file, from its path relative to the root (``pkg/mod.py`` ->
+    ``pkg.mod``): no resolving per file, which was most of a completion's time over 1,000 modules."""
     parts = rel[: -len(".py")].split("/") if rel.endswith(".py") else rel.split("/")
     if parts and parts[-1] == "__init__":
         parts.pop()

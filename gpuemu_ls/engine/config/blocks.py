@@ -12,8 +12,6 @@ from collections.abc import Callable, Iterable, Iterator
 
 from ..errors import Problem
 
-_HEADER = re.compile(r"^[ \t]*\[(\[)?[ \t]*([^\[\]]*?)[ \t]*\]")
-
 
 def op_blocks(text: str) -> list[tuple[int, int]] | None:
     """Lines ``[start, end)`` of every ``[[ops]]`` entry: its header up to the next table that is not one of its
@@ -28,6 +26,8 @@ def op_blocks(text: str) -> list[tuple[int, int]] | None:
 
 
 _last: tuple[str, list[tuple[int, int]] | None] | None = None
+#: A table header line (group 1: the second ``[`` of an array entry; group 2: its name); one pattern for a
+#: whole text (``finditer``) and for one line (``match``).
 _HEADERS = re.compile(r"^[ \t]*\[(\[)?[ \t]*([^\[\]\n]*?)[ \t]*\]", re.MULTILINE)
 
 
@@ -51,7 +51,7 @@ def _by_lines(text: str) -> list[tuple[int, int]] | None:
 
     def headers() -> Iterator[tuple[int, re.Match[str]]]:
         for i, line in enumerate(lines):
-            m = _HEADER.match(line) if open_string[0] is None else None
+            m = _HEADERS.match(line) if open_string[0] is None else None
             if m is not None:
                 yield i, m
             for quote in ('"""', "'''"):  # a header-like line inside a multi-line string is not a header
@@ -63,7 +63,7 @@ def _by_lines(text: str) -> list[tuple[int, int]] | None:
 
 
 def _entries(headers: Iterable[tuple[int, re.Match[str]]], total: int) -> list[tuple[int, int]]:
-    """The ``[[ops]]`` entries, from the table headers in order (line, match of ``_HEADER``)."""
+    """The ``[[ops]]`` entries, from the table headers in order (line, match of ``_HEADERS``)."""
     blocks: list[tuple[int, int]] = []
     start: int | None = None
     for line, m in headers:
