@@ -69,12 +69,16 @@ def shown(versions: Any) -> str:
     """``Python 3.11.9, numpy 2.1.3, ...`` for a page or a terminal line; "" for nothing recorded."""
     if not isinstance(versions, dict):
         return ""
-    return ", ".join(f"{'Python' if k == 'python' else k} {versions[k]}" for k in _ordered(versions))
+    return ", ".join(f"{_label(k)} {versions[k]}" for k in _ordered(versions))
 
 
 def _ordered(names: Any) -> list[str]:
     """Python first, then the libraries by name (a stored document's keys come back sorted anyway)."""
     return sorted(set(names), key=lambda k: (k != "python", k))
+
+
+def _label(name: str) -> str:
+    return "Python" if name == "python" else name
 
 
 def differences(recorded: dict[str, Any], here: dict[str, str]) -> list[str]:
@@ -85,7 +89,7 @@ def differences(recorded: dict[str, Any], here: dict[str, str]) -> list[str]:
         was, now = recorded.get(name), here.get(name)
         if was == now:
             continue
-        label = "Python" if name == "python" else name
+        label = _label(name)
         if was is None:
             out.append(f"{label} not installed when recorded, {now} here")
         elif now is None:

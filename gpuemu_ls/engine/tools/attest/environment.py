@@ -4,11 +4,11 @@ alone, and is not reproducible here."""
 
 from __future__ import annotations
 
-import platform
 from dataclasses import dataclass
 from typing import Any
 
 from ...report.libraries import differences, library_versions, shown
+from ...report.provenance import machine as machine_here
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ def compare(prov: dict[str, Any]) -> Environment:
         diffs = differences({"python": str(machine["python"])}, {"python": here["python"]})
     else:
         diffs = []
-    was, now = _platform(machine), _platform({"os": platform.platform(), "arch": platform.machine()})
+    was, now = _platform(machine), _platform(machine_here())  # read as the recorded one was
     if was and was != now:
         diffs.append(f"platform {was} recorded, {now} here")
     return Environment(diffs, known, here)
