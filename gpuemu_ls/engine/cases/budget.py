@@ -621,20 +621,14 @@ def tile_targets(op: OpConfig, dtypes: list[str], distributions: Iterable[str] |
         def past(spec: CaseSpec, n: str = name, t: int = small) -> bool:
             return spec.dims.get(n, 0) > t
 
-        def in_dtype(test: Callable[[CaseSpec], bool], dtype: str) -> Callable[[CaseSpec], bool]:
-            return lambda spec: spec.dtype == dtype and plain(spec) and test(spec)
+        def shown(test: Callable[[CaseSpec], bool]) -> Callable[[CaseSpec], bool]:
+            return lambda spec: plain(spec) and test(spec)
 
-        for dtype in dtypes:
+        for dtype in dtypes:  # ``where`` holds each to its dtype
             where = ("dtype", dtype)
             out += [
-                Target(
-                    "tile",
-                    f"{name} in a partial tile, {dtype}",
-                    test=in_dtype(partial, dtype),
-                    guard=guard,
-                    where=where,
-                ),
-                Target("tile", f"{name} past {small}, {dtype}", test=in_dtype(past, dtype), guard=guard, where=where),
+                Target("tile", f"{name} in a partial tile, {dtype}", test=shown(partial), guard=guard, where=where),
+                Target("tile", f"{name} past {small}, {dtype}", test=shown(past), guard=guard, where=where),
             ]
         out.append(Target("tile", f"{name} at a tile ({', '.join(map(str, tiles))})", test=exact, guard=guard))
         if big > small:
@@ -663,7 +657,7 @@ def layout_targets(guard: Callable[[CaseSpec], bool], specs: list[CaseSpec]) -> 
         Target(
             "layout",
             f"{layout} in {dtype}",
-            test=lambda s, d=dtype, lay=layout: (s.dtype, s.layout) == (d, lay) and plain(s),
+            test=lambda s, d=dtype: s.dtype == d and plain(s),  # ``where`` holds it to its layout
             guard=guard,
             where=("layout", layout),
         )
@@ -731,8 +725,8 @@ class _Scan:
         return False
 
     def derive_all(self) -> None:
-        """Derive every seed of the range now (on the planner thread: the counted cut reads them later on the
-        op's own, where its worker would wait for it)."""
+        """Derive every seed of the range now: a run's planner thread does, for a pool its op's counted cut will
+        read on the op's own thread, where the op's worker would wait for it."""
         with self._lock:
             while self._more():
                 pass
@@ -787,7 +781,6 @@ def cut_pool(op: OpConfig, specs: list[CaseSpec], accept: Callable[[CaseSpec], b
     wide += _first_members(op, specs + wide, beyond)
     goals = cover_goals(op, specs, needs, specs + wide)
     met_by = goals_met(goals, [*kept, *rest, *wide])  # once: the search for dearer classes and the cover read it
-    beyond.derive_all()  # the search for dearer classes may read them all
     return CutPool(specs, kept, rest, wide, extras, goals, met_by, beyond)
 
 

@@ -581,6 +581,7 @@ def run_validation(
                 plan.pool = cut.pool  # the static cut's: the same plan
             else:
                 plan.pool = cut_pool_of(config, op, options.mode, cut.planned if cut is not None else plan)
+            plan.pool.beyond.derive_all()  # the counted cut's search for dearer classes may read them all
         return plan
 
     # ... but only a few ops ahead: a run of thousands of ops never holds every op's planned cases (issue 31)
