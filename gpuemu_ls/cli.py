@@ -60,7 +60,7 @@ from .engine.run.cpus import resolve_jobs
 from .engine.run.frameworks import torch_build_note
 from .engine.run.validate import RunOptions, plan_op, replay_spec, run_validation
 from .engine.store.db import Store, StoreError, store_path
-from .engine.store.prune import DEFAULT_KEEP_FAILURES_DAYS, DEFAULT_KEEP_RUNS, pin_held
+from .engine.store.prune import DEFAULT_KEEP_FAILURES_DAYS, DEFAULT_KEEP_RUNS, pin_held, pruned_seed
 from .engine.tools.calibrate import CalibrationRefused, calibrate, write_tolerances
 from .engine.tools.minimize import describe, minimize, store_minimized
 from .engine.tools.repro import needs, write_repro
@@ -407,8 +407,6 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
 def _refuse_pruned(store: Store, op: str, seed: int) -> None:
     """A seed whose stored failing case retention removed is not replayed as if it were still stored: the
     regenerated case may differ from the one that failed (generation changed since)."""
-    from .engine.store.prune import pruned_seed
-
     when = pruned_seed(store, op, seed) if store.find_case(op, seed) is None else None
     if when is not None:
         day = time.strftime("%Y-%m-%d", time.localtime(when))

@@ -425,11 +425,15 @@ class Store:
         have = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'index'").fetchall()}
         return [ix for ix in READ_INDEXES if ix[0] not in have]
 
+    def has_table(self, name: str) -> bool:
+        """Whether the store has table ``name`` (one a later gpuemu added: pins, retention's tables)."""
+        return bool(self.query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)))
+
     # --- pins --------------------------------------------------------------------------------
     def pinned_runs(self) -> dict[str, str]:
         """Runs retention keeps whatever their age, and why (``gpuemu store pin``, a stored baseline); none in a
         store no gpuemu that knows pins has written."""
-        if not self.query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'pins'"):
+        if not self.has_table("pins"):
             return {}
         return {r["run_id"]: r["reason"] or "" for r in self.query("SELECT run_id, reason FROM pins")}
 

@@ -145,7 +145,7 @@ def retain(
         or store.query("SELECT count(*) AS n FROM runs WHERE source = ?", (source,))[0]["n"] <= keep_runs
     ):
         return []
-    plan = _plan(store, keep_runs, cutoff, source)
+    plan = _plan(store, keep_runs, cutoff, source, expired)
     if plan.doomed or plan.expired:
         store.write(lambda conn: _delete(conn, plan, time.time()))
     return plan.doomed
@@ -154,7 +154,7 @@ def retain(
 def pruned_seed(store: Store, op: str, seed: int) -> float | None:
     """When a failing case of (op, seed) lost its input snapshot to retention (None: never), for ``reproduce``
     to say so instead of replaying a regenerated case as if it were the stored one."""
-    if not _has_table(store, "pruned_seeds"):
+    if not store.has_table("pruned_seeds"):
         return None
     rows = store.query("SELECT pruned_at FROM pruned_seeds WHERE op = ? AND seed = ?", (op, seed))
     return float(rows[0]["pruned_at"]) if rows else None
@@ -180,21 +180,24 @@ def _cutoff(days: float | None, now: float | None) -> float | None:
     return None if days is None else (time.time() if now is None else now) - days * DAY
 
 
-def _has_table(store: Store, name: str) -> bool:
-    return bool(store.query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)))
-
-
 def _expired(store: Store, cutoff: float | None, source: str | None = None) -> list[str]:
     """Removed runs whose failing cases the age rule kept and no longer keeps (a small table: one row a run)."""
-    if cutoff is None or not _has_table(store, "kept_failures"):
+    if cutoff is None or not store.has_table("kept_failures"):
         return []
     sql = "SELECT run_id FROM kept_failures WHERE started_at < ?" + (" AND source = ?" if source is not None else "")
     return [r["run_id"] for r in store.query(sql, (cutoff, source) if source is not None else (cutoff,))]
 
 
-def _plan(store: Store, keep_runs: int | None, cutoff: float | None, source: str | None = None) -> _Plan:
+def _plan(
+    store: Store,
+    keep_runs: int | None,
+    cutoff: float | None,
+    source: str | None = None,
+    expired: list[str] | None = None,
+) -> _Plan:
     """Which runs go, counted per kind of run, its source and mode (the CLI's quick runs, the gate's thorough
-    runs, the editor's runs, ...); only ``source``'s if given. ``keep_runs`` None: none."""
+    runs, the editor's runs, ...); only ``source``'s if given. ``keep_runs`` None: none. ``expired``: what
+    :func:`_expired` gave for this cutoff and source, when the caller already read it."""
     runs = store.query("SELECT id, source, mode, status, started_at FROM runs ORDER BY started_at DESC, rowid DESC")
     latest = {r["run_id"] for r in store.latest_op_results().values()} | set(store.pinned_runs())
     per_kind: dict[tuple[str, str], int] = {}
@@ -210,7 +213,8 @@ def _plan(store: Store, keep_runs: int | None, cutoff: float | None, source: str
         doomed.append(r)
     doomed.reverse()  # oldest first
     young = [r["id"] for r in doomed if cutoff is None or (r["started_at"] or 0) >= cutoff]
-    expired = _expired(store, cutoff, source)
+    if expired is None:
+        expired = _expired(store, cutoff, source)
     old = [r["id"] for r in doomed if cutoff is not None and (r["started_at"] or 0) < cutoff]
     return _Plan([r["id"] for r in doomed], old + expired, young, expired, len(runs) - len(doomed))
 
