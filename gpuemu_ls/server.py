@@ -518,7 +518,7 @@ def create_server() -> GpuemuServer:
         await setup_watching(ls)
         ls.poller = StorePoller(
             lambda: list(ls.sessions.values()),
-            lambda s: ls.post(ls.refresh_and_publish, s),
+            ls.refresh_and_publish,  # the publisher takes asks from any thread: no hop through the loop
             ls.options.poll_store_seconds,
         )
         ls.poller.start()
