@@ -148,15 +148,14 @@ def jobs_arg(text: str) -> int | str:
 def emit(text: str | Iterable[str], output: str | None) -> None:
     """Print ``text`` (or its parts, one after the other), or write it to ``output`` ending in a newline; a file
     that cannot be written is a usage error (exit 2)."""
+    parts = (text,) if isinstance(text, str) else text
     if output:
         try:  # all or nothing: a report that fails half-way never replaces the previous one
-            replace_file(output, _ended((text,) if isinstance(text, str) else text))
+            replace_file(output, _ended(parts))
         except OSError as exc:
             raise UsageError(f"cannot write --output {output}: {exc.strerror or exc}") from None
-    elif isinstance(text, str):
-        print(text)
     else:
-        for part in text:
+        for part in parts:
             sys.stdout.write(part)
         print()
 

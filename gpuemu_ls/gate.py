@@ -92,12 +92,9 @@ def run_ci(cfg: Config, args: argparse.Namespace) -> int:
     if args.shard is not None and args.shard.strip().lower() == "auto":
         print(f"gpuemu: --shard auto: shard {plan.get('shard')} ({plan.get('from')})", file=sys.stderr)
     text = render_parts(doc, args.format, show=args.show, replay_prefix=replay_prefix(cfg), redact=args.redact)
-    if args.output:
-        emit(text, args.output)
-        if args.format != "text":
-            print(render(doc, "text", show=args.show, replay_prefix=replay_prefix(cfg)))
-    else:
-        emit(text, None)
+    emit(text, args.output)
+    if args.output and args.format != "text":
+        print(render(doc, "text", show=args.show, replay_prefix=replay_prefix(cfg)))
     return int(doc["exit_code"])
 
 
