@@ -20,6 +20,7 @@ from __future__ import annotations
 import shutil
 import sqlite3
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -244,25 +245,28 @@ def _mark(conn: sqlite3.Connection, plan: _Plan) -> None:
     )
 
 
+def _in_chunks(store: Store, sql: str, ids: list[str]) -> Iterator[dict[str, Any]]:
+    """The rows of ``sql`` for every one of ``ids``, asked 500 at a time (``{marks}``: their placeholders)."""
+    for i in range(0, len(ids), 500):
+        chunk = tuple(ids[i : i + 500])
+        yield from store.query(sql.format(marks=",".join("?" * len(chunk))), chunk)
+
+
 def _count(store: Store, plan: _Plan) -> tuple[int, int, int, int]:
     """What :func:`_delete` would remove, read without writing (the store is opened read-only)."""
-    results = cases = kept = 0
+    sql = "SELECT count(*) AS n FROM op_results WHERE run_id IN ({marks})"
+    results = sum(r["n"] for r in _in_chunks(store, sql, plan.doomed))
+    cases = kept = 0
     gone: set[str] = set()
-    for ids, whole in ((plan.doomed, None), (plan.whole, True), (plan.young, False)):
-        for i in range(0, len(ids), 500):
-            chunk = tuple(ids[i : i + 500])
-            marks = ",".join("?" * len(chunk))
-            if whole is None:
-                sql = f"SELECT count(*) AS n FROM op_results WHERE run_id IN ({marks})"
-                results += store.query(sql, chunk)[0]["n"]
-                continue
-            rows = store.query(f"SELECT status, snapshot_id FROM cases WHERE run_id IN ({marks})", chunk)
-            if whole:
-                cases += len(rows)
-                gone |= {r["snapshot_id"] for r in rows if r["snapshot_id"]}
-            else:
-                passed = sum(r["status"] == "passed" for r in rows)
-                cases, kept = cases + passed, kept + len(rows) - passed
+    for r in _in_chunks(store, "SELECT snapshot_id FROM cases WHERE run_id IN ({marks})", plan.whole):
+        cases += 1
+        if r["snapshot_id"]:
+            gone.add(r["snapshot_id"])
+    for r in _in_chunks(store, "SELECT status FROM cases WHERE run_id IN ({marks})", plan.young):
+        if r["status"] == "passed":
+            cases += 1
+        else:
+            kept += 1
     if gone:
         whole_set = set(plan.whole)
         kept_rows = store.query("SELECT DISTINCT run_id, snapshot_id FROM cases WHERE snapshot_id IS NOT NULL")
