@@ -41,7 +41,7 @@ from .engine.cases.generate import generate_inputs
 from .engine.cases.plan import mode_filter
 from .engine.config.keys import CONFIG_NAME, PLAN, PLAN_DISTRIBUTIONS
 from .engine.config.load import find_workspace, load_config
-from .engine.config.model import Config
+from .engine.config.model import Config, StoreConfig
 from .engine.errors import ConfigError, UsageError
 from .engine.report.baseline import baseline_path, from_document, load_baseline, regressions, write_baseline
 from .engine.report.formats import FORMATS, render, render_parts
@@ -248,9 +248,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--keep-runs",
         type=int,
-        default=DEFAULT_KEEP_RUNS,
+        default=None,
         metavar="N",
-        help=f"runs of each kind `store prune` keeps (default {DEFAULT_KEEP_RUNS})",
+        help=f"runs of each kind `store prune` keeps (default: [store] keep_runs, else {DEFAULT_KEEP_RUNS})",
     )
     p.add_argument(
         "--keep-failures-days",
@@ -812,21 +812,25 @@ def _days_arg(text: str) -> float | str:
     return days
 
 
-def _failure_days(args: argparse.Namespace) -> float | None:
-    """How long ``store prune`` keeps failing cases: the flag, else the workspace's ``[store]`` setting (a config
-    that does not load: the default, so a broken gpuemu.toml never stops a prune)."""
-    if args.keep_failures_days is not None:
-        return None if args.keep_failures_days == "all" else float(args.keep_failures_days)
+def _retention(args: argparse.Namespace) -> tuple[int | None, float | None]:
+    """What ``store prune`` keeps: runs of each kind and days of failing cases (None: all). The flags, else the
+    workspace's ``[store]`` table (a config that does not load: the defaults, so a broken gpuemu.toml never
+    stops a prune)."""
     try:
-        return load_workspace(args).store.keep_failures_days
+        kept = load_workspace(args).store
     except ConfigError:
-        return DEFAULT_KEEP_FAILURES_DAYS
+        kept = StoreConfig()
+    runs = kept.keep_runs if args.keep_runs is None else args.keep_runs
+    if args.keep_failures_days is None:
+        return runs, kept.keep_failures_days
+    return runs, None if args.keep_failures_days == "all" else float(args.keep_failures_days)
 
 
 def _store_prune(path: Path, args: argparse.Namespace) -> int:
     from .engine.store.prune import prune
 
-    done = prune(path, keep_runs=args.keep_runs, keep_failures_days=_failure_days(args), dry_run=args.dry_run)
+    keep_runs, days = _retention(args)
+    done = prune(path, keep_runs=keep_runs, keep_failures_days=days, dry_run=args.dry_run)
     if args.format == "json":
         print(json.dumps({"schema": 1, **done.to_dict()}, indent=2))
         return EXIT_OK

@@ -158,7 +158,7 @@ def test_prune_end_to_end_keeps_pinned_and_baseline_runs(ws: Path) -> None:
 
 def test_keep_runs_applies_after_every_run(ws: Path) -> None:
     """`[store] keep_runs = 2`: the store never holds more than 2 runs of a mode (the latest result of every op
-    kept); "all" keeps everything; a value that is neither a count nor "all" is a configuration error."""
+    kept); "all" keeps everything; `store prune` keeps what the workspace says unless --keep-runs; a value that is neither a count nor "all" is a configuration error."""
     toml = (ws / "gpuemu.toml").read_text()
     (ws / "gpuemu.toml").write_text(toml + "\n[store]\nkeep_runs = 2\n")
     for seed in range(1, 5):
@@ -170,6 +170,10 @@ def test_keep_runs_applies_after_every_run(ws: Path) -> None:
     for seed in range(5, 8):
         assert gpuemu("test", "--quick", "--seed", str(seed), cwd=ws).returncode == 1
     assert len(json.loads(gpuemu("store", "runs", "--format", "json", cwd=ws).stdout)["runs"]) == 5
+    assert "would remove 0 runs" in gpuemu("store", "prune", "--dry-run", cwd=ws).stdout  # "all": every run
+    (ws / "gpuemu.toml").write_text(toml + "\n[store]\nkeep_runs = 3\n")  # `store prune` reads it too
+    assert "would remove 2 runs" in gpuemu("store", "prune", "--dry-run", cwd=ws).stdout
+    assert "would remove 1 run (" in gpuemu("store", "prune", "--keep-runs", "4", "--dry-run", cwd=ws).stdout
     (ws / "gpuemu.toml").write_text(toml + '\n[store]\nkeep_runs = "some"\n')
     bad = gpuemu("test", "--quick", cwd=ws)
     assert bad.returncode == 2 and "keep_runs" in bad.stderr, out(bad)

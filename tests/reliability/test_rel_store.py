@@ -28,6 +28,8 @@ import pytest
 import relkit
 from kit.store import db_path
 
+from gpuemu_ls.engine.store.prune import RETENTION_TABLES
+
 WRONG_PY = """import os
 import time
 
@@ -224,6 +226,16 @@ def test_damage_in_the_middle_reads_what_it_can_and_repair_keeps_the_rest(
     that touch a damaged page say so (exit 2), the others answer; repair keeps every readable case."""
     root, db, seed = copy_ws(template, tmp_path / "ws")
     total = relkit.counts(db)["cases"]
+    run = relkit.store_rows(db, "SELECT id FROM runs")[0][0]
+    pinned = relkit.run_cli(root, "store", "pin", run)
+    assert pinned.returncode == 0, pinned.stdout + pinned.stderr
+    conn = sqlite3.connect(db)
+    with conn:  # retention's records, as a prune leaves them
+        for sql in RETENTION_TABLES:
+            conn.execute(sql)
+        conn.execute("INSERT INTO pruned_seeds VALUES ('wrong', 7, 1e9)")
+        conn.execute("INSERT INTO kept_failures VALUES ('gone-run', 'ci', 'quick', 1e9)")
+    conn.close()
     damage(db, "middle_pages")
     relkit.record("faults", corrupt_store=1)
     for args in reading(seed):
@@ -248,6 +260,9 @@ def test_damage_in_the_middle_reads_what_it_can_and_repair_keeps_the_rest(
     assert relkit.integrity(db) == "ok"
     after = relkit.run_cli(root, "failures", "--all")
     assert after.returncode == 0 and "wrong" in after.stdout, after.stdout + after.stderr
+    assert relkit.store_rows(db, "SELECT run_id FROM pins") == [(run,)], "repair dropped the pinned run"
+    assert relkit.store_rows(db, "SELECT op, seed FROM pruned_seeds") == [("wrong", 7)]
+    assert relkit.store_rows(db, "SELECT run_id FROM kept_failures") == [("gone-run",)]
 
 
 def test_store_reset_keeps_the_old_file_and_starts_empty(tmp_path: Path, template: tuple[Path, int]) -> None:

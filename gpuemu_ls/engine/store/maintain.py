@@ -20,9 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import StoreError
-from .db import SCHEMA_VERSION, Store, file_problem, lock_path, owner_alive, sqlite_uri, wal_path
+from .db import PINS_SQL, SCHEMA_VERSION, Store, file_problem, lock_path, owner_alive, sqlite_uri, wal_path
+from .prune import RETENTION_TABLES
 
 TABLES = ("runs", "op_results", "snapshots", "cases")
+#: Tables a later gpuemu added (pins, retention's records), made on first use: a repair copies each the damaged
+#: store has, so pinned runs stay pinned and pruned seeds still say "pruned" after it.
+LATER_TABLES = {"pins": PINS_SQL} | {sql.split()[5]: sql for sql in RETENTION_TABLES}
 #: How far past the last readable row a walk probes for rows behind a damaged stretch of unknown end.
 PROBE_AHEAD = 20_000
 
@@ -143,7 +147,10 @@ def _repair(path: Path) -> RepairReport:
     try:
         old = _open_raw(path)
         try:
-            for table in TABLES:
+            later = [t for t in LATER_TABLES if _has_table(old, t)]
+            for table in later:
+                new.write(lambda c, sql=LATER_TABLES[table]: c.execute(sql))
+            for table in (*TABLES, *later):
                 got, lost, tail = _copy_table(old, new, table)
                 report.recovered[table], report.unreadable[table] = got, lost
                 if tail:
@@ -253,6 +260,15 @@ def _open_raw(path: Path) -> sqlite3.Connection:
     conn.execute("PRAGMA busy_timeout = 30000")
     conn.execute("PRAGMA writable_schema = 1")  # a truncated file: read the pages that are there, not refuse all
     return conn
+
+
+def _has_table(conn: sqlite3.Connection, table: str) -> bool:
+    """Whether the damaged store has ``table`` (a schema page it cannot read: as if it had not)."""
+    try:
+        found = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)).fetchone()
+    except sqlite3.Error:
+        return False
+    return found is not None
 
 
 def _columns(conn: sqlite3.Connection, table: str) -> list[str]:

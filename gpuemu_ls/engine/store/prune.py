@@ -81,14 +81,15 @@ def pin_held(path: Path, run_ids: list[str], reason: str) -> int:
 def prune(
     path: Path,
     *,
-    keep_runs: int = DEFAULT_KEEP_RUNS,
+    keep_runs: int | None = DEFAULT_KEEP_RUNS,
     keep_failures_days: float | None = DEFAULT_KEEP_FAILURES_DAYS,
     dry_run: bool = False,
     now: float | None = None,
 ) -> PruneReport:
     """Remove what the retention rule above does not keep; ``dry_run``: only count it (the store is opened
-    for reading and never written). ``keep_failures_days`` None: failing cases of removed runs stay forever."""
-    if keep_runs < 1:
+    for reading and never written). ``keep_runs`` None: every run stays (``[store] keep_runs = "all"``; kept
+    failing cases still age out); ``keep_failures_days`` None: failing cases of removed runs stay forever."""
+    if keep_runs is not None and keep_runs < 1:
         raise UsageError(f"--keep-runs must be at least 1, got {keep_runs}")
     if keep_failures_days is not None and keep_failures_days < 0:
         raise UsageError(f"--keep-failures-days must be at least 0, got {keep_failures_days:g}")
@@ -222,7 +223,7 @@ def _plan(
 
 #: Removed runs that left failing cases behind, and failing seeds whose snapshot retention removed: made on a
 #: store's first prune (a store without them reads as having neither).
-_TABLES = (
+RETENTION_TABLES = (
     "CREATE TABLE IF NOT EXISTS kept_failures (run_id TEXT PRIMARY KEY, source TEXT, mode TEXT, started_at REAL)",
     "CREATE TABLE IF NOT EXISTS pruned_seeds (op TEXT, seed INTEGER, pruned_at REAL, PRIMARY KEY (op, seed))",
 )
@@ -275,7 +276,7 @@ def _count(store: Store, plan: _Plan) -> tuple[int, int, int, int]:
 
 
 def _delete(conn: sqlite3.Connection, plan: _Plan, now: float) -> tuple[int, int, int, int]:
-    for sql in _TABLES:
+    for sql in RETENTION_TABLES:
         conn.execute(sql)
     _mark(conn, plan)
     snapshots = conn.execute(f"DELETE FROM snapshots WHERE id IN ({_ORPHANS})").rowcount
