@@ -158,7 +158,8 @@ def test_prune_end_to_end_keeps_pinned_and_baseline_runs(ws: Path) -> None:
 
 def test_keep_runs_applies_after_every_run(ws: Path) -> None:
     """`[store] keep_runs = 2`: the store never holds more than 2 runs of a mode (the latest result of every op
-    kept); "all" keeps everything; `store prune` keeps what the workspace says unless --keep-runs; a value that is neither a count nor "all" is a configuration error."""
+    kept); "all" keeps everything; `store prune` keeps what the workspace says unless --keep-runs; a value that
+    is neither a count nor "all" is a configuration error."""
     toml = (ws / "gpuemu.toml").read_text()
     (ws / "gpuemu.toml").write_text(toml + "\n[store]\nkeep_runs = 2\n")
     for seed in range(1, 5):
