@@ -52,6 +52,10 @@ def test_each_op_lets_its_cases_go_and_the_document_is_unchanged(tmp_path: Path)
     run = run_validation(config, options)
     assert [(o.op, o.status, o.cases) for o in run.outcomes] == [("good", "passed", []), ("bad", "failed", [])]
     assert dict(settled) == held and held["bad"]["failures_total"] == 6
+    good, bad = settled["good"], settled["bad"]  # one copy of each key and short string among all entries
+    assert next(k for k in good if k == "status") is next(k for k in bad if k == "status")
+    dtypes = [f["dtype"] for f in bad["failures"]]
+    assert len(dtypes) == 6 and all(d is dtypes[0] for d in dtypes), dtypes
     doc = build_document(config, run, entries=settled)
     assert doc["ops"] == [held["good"], held["bad"]] and doc["summary"]["failed"] == 1
 

@@ -145,6 +145,7 @@ def run_gate(config: Config, options: GateOptions, store: Store | None = None) -
     )
     if base is not None:
         regs = regressions(doc, base, config.ci.regression_threshold)
+        doc = {}  # its op entries go before the document with regressions is built, not after
         doc = build_document(
             config,
             run,
