@@ -36,7 +36,7 @@ from .engine.config.keys import CONFIG_NAME
 from .engine.config.load import find_workspace, load_config
 from .engine.config.model import Config
 from .engine.errors import ConfigError
-from .engine.run.zygote import get_zygote
+from .engine.run.zygote import get_zygote, run_ops_in_background
 from .engine.safe_read import read_text
 from .features.commands import command_handler, run_requested
 from .features.params import checked, run_params, uri_to_path
@@ -784,6 +784,8 @@ def serve_main(argv: Sequence[str]) -> int:
     # the event loop answers the editor while job threads run Python (planning a run, reading the store):
     # hand the GIL over every 1 ms, not 5, so a message waits less behind them at each step of its way
     sys.setswitchinterval(0.001)
+    # ... and the processes that run ops give way to it for the CPU (docs/lsp.md, "Performance")
+    run_ops_in_background()
     server = create_server()
     if args.tcp:
         host, _, port = args.tcp.rpartition(":")

@@ -32,6 +32,17 @@ from typing import Any
 from . import contain
 
 _PACKAGE_PARENT = str(Path(__file__).resolve().parents[3])
+#: How much lower than this process the processes that run ops are scheduled (``nice`` steps; 0: the same). The
+#: language server sets it (:func:`run_ops_in_background`): on a machine of few cores its workers running ops
+#: at full speed took the CPU from the process answering the editor, as clangd's background index would at
+#: normal priority; the gate and the CLI, which only run ops, leave it at 0.
+_BACKGROUND_NICE = 0
+
+
+def run_ops_in_background(nice: int = 10) -> None:
+    """Start every later zygote and worker ``nice`` steps below this process (a zygote's forks inherit it)."""
+    global _BACKGROUND_NICE
+    _BACKGROUND_NICE = max(0, nice)
 
 
 def start_python(module: str, fd: int, *args: str, log: Any = subprocess.DEVNULL) -> subprocess.Popen[bytes]:
@@ -40,7 +51,7 @@ def start_python(module: str, fd: int, *args: str, log: Any = subprocess.DEVNULL
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_PARENT, env.get("PYTHONPATH", "")) if p)
     env.setdefault("PYTHONUNBUFFERED", "1")
-    return subprocess.Popen(
+    proc = subprocess.Popen(
         python_cmd(module, str(fd), *args),
         pass_fds=(fd,),
         stdin=subprocess.DEVNULL,
@@ -49,6 +60,12 @@ def start_python(module: str, fd: int, *args: str, log: Any = subprocess.DEVNULL
         start_new_session=True,
         env=env,
     )
+    if _BACKGROUND_NICE:
+        try:  # before it reads its socket: every process it forks from here on inherits the priority
+            os.setpriority(os.PRIO_PROCESS, proc.pid, min(19, os.getpriority(os.PRIO_PROCESS, 0) + _BACKGROUND_NICE))
+        except OSError:
+            pass  # gone already (its supervisor will say why), or no such call here: it runs at our priority
+    return proc
 
 
 def python_cmd(module: str, *args: str) -> list[str]:
