@@ -58,7 +58,7 @@ from .engine.report.results import (
 from .engine.report.slow import SLOW_DEFAULT, render_slow, slow_cases
 from .engine.run.cpus import resolve_jobs
 from .engine.run.frameworks import torch_build_note
-from .engine.run.validate import RunOptions, plan_op, replay_spec, run_validation
+from .engine.run.validate import RunOptions, case_count, plan_op, replay_spec, run_validation
 from .engine.store.db import Store, StoreError, store_path
 from .engine.store.prune import DEFAULT_KEEP_FAILURES_DAYS, DEFAULT_KEEP_RUNS, pin_held, pruned_seed
 from .engine.tools.calibrate import CalibrationRefused, calibrate, write_tolerances
@@ -302,17 +302,21 @@ def _run_and_report(
     specs: dict[str, Any] | None = None,
     snapshots: dict[str, Any] | None = None,
 ) -> int:
-    plans = specs or {
-        n: plan_op(cfg, cfg.op(n), options.mode, options.iterations, options.seed, budget=options.budget)
-        for n in options.ops or []
-    }
-    total = sum(len(v) for v in plans.values())
-    progress = Progress(total, enabled=not args.no_progress and args.format == "text" and not args.output)
+    # what each op is expected to run: the cases given, else the count its plan asks for; each op is planned as
+    # its turn nears (as in the gate: a run of thousands of ops never holds every plan), and says what it runs
+    # when it starts (its plan, or the cut its probe cases counted), which corrects the count
+    expected = (
+        {n: len(v) for n, v in specs.items()}
+        if specs
+        else {n: case_count(cfg, cfg.op(n), options.mode, options.iterations) for n in options.ops or []}
+    )
+    progress = Progress(
+        sum(expected.values()), enabled=not args.no_progress and args.format == "text" and not args.output
+    )
     options.on_case = lambda op, r, i, n: progress.case(op, r.status, i, n)
-    # an op whose probe case measured its cost runs its cut, not the plan counted above
-    options.on_op_start = lambda op, n: progress.replan(len(plans.get(op, ())), n)
+    options.on_op_start = lambda op, n: progress.replan(expected.get(op, 0), n)
     entries = settle_ops(cfg, options)  # each op's cases go as it finishes, as in the gate
-    result = run_validation(cfg, options, specs_by_op=plans, snapshots=snapshots)
+    result = run_validation(cfg, options, specs_by_op=specs, snapshots=snapshots)
     progress.close()
     doc = build_document(cfg, result, mode=options.mode, entries=entries)
     shown = render_parts(doc, args.format, show=args.show, replay_prefix=replay_prefix(cfg), redact=args.redact)

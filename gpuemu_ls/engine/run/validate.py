@@ -153,12 +153,17 @@ def plan_op(
     """
     check_iterations(iterations)
     base = config.validation.seed if seed is None else seed
-    if mode == "quick":
-        n = iterations or config.ci.quick_iterations
-    else:
-        n = iterations or op.iterations or config.validation.iterations
+    n = case_count(config, op, mode, iterations)
     specs = plan_cases(op, mode, base, n, quick_dtypes=config.ci.quick_dtypes, accept=accept, cancel=cancel)
     return Plan.of(specs, None if whole else work_cut(config, op, mode, specs, budget))
+
+
+def case_count(config: Config, op: OpConfig, mode: str, iterations: int | None) -> int:
+    """The cases :func:`plan_op` asks for, before any cut: what a progress count expects before an op is
+    planned (``gpuemu test`` plans each op as it comes, not all of them before the first runs)."""
+    if mode == "quick":
+        return iterations or config.ci.quick_iterations
+    return iterations or op.iterations or config.validation.iterations
 
 
 def case_timeout(config: Config, op: OpConfig) -> float:
