@@ -21,6 +21,7 @@ from ..engine.cases.plan import PlanCancelled
 from ..engine.errors import GpuemuError
 from ..engine.run.validate import RunOptions, RunResult, plan_op, run_validation
 from ..engine.store.db import Store
+from . import collector
 from .workspace import WorkspaceSession
 
 Event = dict[str, Any]
@@ -69,6 +70,7 @@ class JobRunner:
             if old is not None:
                 old.cancel.set()  # superseded: its worker is killed at the next poll
             self.live[job.key] = job
+        collector.keep_pauses_short()  # while jobs run, full collections scan only what is new
         self._emit({"type": "queued", "job": job})
 
         def run() -> Any:
@@ -104,7 +106,10 @@ class JobRunner:
         with self.lock:
             if self.live.get(job.key) is job:
                 del self.live[job.key]
+            idle = not self.live
         self._emit(event)
+        if idle:  # the last job: the cycles frozen while jobs ran are reclaimed now, when nothing waits on it
+            collector.settle()
 
     # --- job kinds -----------------------------------------------------------------------
     def validate(
