@@ -15,10 +15,10 @@ import time
 from typing import Any
 
 from ..engine.report.formats.text import budget_text
-from ..engine.report.lines import KIND_TEXT, replay_command, row_plan
+from ..engine.report.lines import KIND_TEXT, replay_command
 from ..session.workspace import OpView
 from .code_actions import COMMANDS
-from .diagnostics import error_vs_tolerance, headline_row
+from .diagnostics import case_detail, case_plan, error_vs_tolerance, headline_row
 
 SHADES = " .:-=+*#%@"
 #: What could start markdown syntax in literal text, escaped with a backslash (CommonMark escapes any ASCII
@@ -191,7 +191,7 @@ def layout_text(feats: dict[str, Any]) -> str:
 def _where(row: dict[str, Any]) -> list[str]:
     """Where in the output the first failing case's errors sit: along the rows and columns in words, then the
     heatmap only when it carries information."""
-    detail = json.loads(row.get("detail") or "{}")
+    detail = case_detail(row)
     outputs = (detail.get("features") or {}).get("outputs") or {}
     for out_name, feats in outputs.items():
         if not isinstance(feats, dict):
@@ -286,10 +286,10 @@ def op_hover(view: OpView | None, name: str, running: str | None = None, *, besi
         if not beside_diagnostic:
             if view.diagnosis:
                 lines.append(f"\n*Diagnosis:* {md(view.diagnosis)}")
-            bugs = [r for r in view.failures if json.loads(r.get("detail") or "{}").get("tier") != "edge"]
+            bugs = [r for r in view.failures if case_detail(r).get("tier") != "edge"]
             row = (bugs or view.failures)[0]
             shapes = " ".join(f"{k}={s}" for k, s in json.loads(row["shapes"] or "{}").items())
-            edge = json.loads(row.get("detail") or "{}").get("edge") if not bugs else None
+            edge = case_detail(row).get("edge") if not bugs else None
             if edge:
                 why = md(edge.get("text", ""))
                 lines.append(f"\n*Edge finding:* {why} (not a bug of this kernel; strict = true fails it)")
@@ -302,7 +302,7 @@ def op_hover(view: OpView | None, name: str, running: str | None = None, *, besi
             mini = view.minimized.get(row["seed"])
             if mini:
                 lines.append(f"\nMinimized: {md(' '.join(f'{k}={s}' for k, s in mini['shapes'].items()))}")
-            lines.append(f"\nReplay: {code(replay_command(name, row['seed'], plan=row_plan(row)))}")
+            lines.append(f"\nReplay: {code(replay_command(name, row['seed'], plan=case_plan(row)))}")
     elif view.diagnosis and not beside_diagnostic:
         lines.append(f"\n*Diagnosis:* {md(view.diagnosis)}")
     lines += _time_lines(view)
