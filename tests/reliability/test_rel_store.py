@@ -231,7 +231,7 @@ def test_damage_in_the_middle_reads_what_it_can_and_repair_keeps_the_rest(
     assert pinned.returncode == 0, pinned.stdout + pinned.stderr
     conn = sqlite3.connect(db)
     with conn:  # retention's records, as a prune leaves them
-        for sql in RETENTION_TABLES:
+        for sql in RETENTION_TABLES.values():
             conn.execute(sql)
         conn.execute("INSERT INTO pruned_seeds VALUES ('wrong', 7, 1e9)")
         conn.execute("INSERT INTO kept_failures VALUES ('gone-run', 'ci', 'quick', 1e9)")

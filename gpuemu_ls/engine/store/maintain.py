@@ -26,7 +26,7 @@ from .prune import RETENTION_TABLES
 TABLES = ("runs", "op_results", "snapshots", "cases")
 #: Tables a later gpuemu added (pins, retention's records), made on first use: a repair copies each the damaged
 #: store has, so pinned runs stay pinned and pruned seeds still say "pruned" after it.
-LATER_TABLES = {"pins": PINS_SQL} | {sql.split()[5]: sql for sql in RETENTION_TABLES}
+LATER_TABLES = {"pins": PINS_SQL, **RETENTION_TABLES}
 #: How far past the last readable row a walk probes for rows behind a damaged stretch of unknown end.
 PROBE_AHEAD = 20_000
 

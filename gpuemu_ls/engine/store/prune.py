@@ -223,10 +223,12 @@ def _plan(
 
 #: Removed runs that left failing cases behind, and failing seeds whose snapshot retention removed: made on a
 #: store's first prune (a store without them reads as having neither).
-RETENTION_TABLES = (
-    "CREATE TABLE IF NOT EXISTS kept_failures (run_id TEXT PRIMARY KEY, source TEXT, mode TEXT, started_at REAL)",
-    "CREATE TABLE IF NOT EXISTS pruned_seeds (op TEXT, seed INTEGER, pruned_at REAL, PRIMARY KEY (op, seed))",
-)
+RETENTION_TABLES = {
+    "kept_failures": "CREATE TABLE IF NOT EXISTS kept_failures"
+    " (run_id TEXT PRIMARY KEY, source TEXT, mode TEXT, started_at REAL)",
+    "pruned_seeds": "CREATE TABLE IF NOT EXISTS pruned_seeds"
+    " (op TEXT, seed INTEGER, pruned_at REAL, PRIMARY KEY (op, seed))",
+}
 _SCHEMA = "CREATE TEMP TABLE IF NOT EXISTS prune_runs (id TEXT PRIMARY KEY, whole INTEGER)"
 _WHOLE = "(SELECT id FROM prune_runs WHERE whole)"
 _YOUNG = "(SELECT id FROM prune_runs WHERE NOT whole)"
@@ -276,7 +278,7 @@ def _count(store: Store, plan: _Plan) -> tuple[int, int, int, int]:
 
 
 def _delete(conn: sqlite3.Connection, plan: _Plan, now: float) -> tuple[int, int, int, int]:
-    for sql in RETENTION_TABLES:
+    for sql in RETENTION_TABLES.values():
         conn.execute(sql)
     _mark(conn, plan)
     snapshots = conn.execute(f"DELETE FROM snapshots WHERE id IN ({_ORPHANS})").rowcount
