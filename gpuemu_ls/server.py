@@ -784,7 +784,7 @@ def serve_main(argv: Sequence[str]) -> int:
     # the event loop answers the editor while job threads run Python (planning a run, reading the store):
     # hand the GIL over every 1 ms, not 5, so a message waits less behind them at each step of its way
     sys.setswitchinterval(0.001)
-    # ... and the processes that run ops give way to it for the CPU (docs/lsp.md, "Performance")
+    # ... and the processes that run ops give way to it for the CPU (docs/lsp.md, "Responsiveness while ops run")
     run_ops_in_background()
     server = create_server()
     if args.tcp:

@@ -110,6 +110,9 @@ class JobRunner:
         self._emit(event)
         if idle:  # the last job: the cycles frozen while jobs ran are reclaimed now, when nothing waits on it
             collector.settle()
+            with self.lock:
+                if self.live:  # a job started while it collected: its run keeps its pauses short too
+                    collector.keep_pauses_short()
 
     # --- job kinds -----------------------------------------------------------------------
     def validate(
