@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import re
+import threading
+import weakref
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,7 +23,7 @@ from typing import Any
 
 from lsprotocol import types as lsp
 
-from ..engine.config.model import Config, OpConfig
+from ..engine.config.model import Config, OpConfig, is_callable_ref
 from ..engine.errors import Problem
 from ..engine.report.lines import KIND_TEXT, replay_command, row_plan
 from ..session.workspace import OpView, WorkspaceSession
@@ -343,6 +346,85 @@ def config_diagnostics(
     return out
 
 
+_Kept = tuple[Config, OpConfig, OpView, tuple[tuple[str, int], ...], list[tuple[Path, lsp.Diagnostic]]]
+
+
+class _OpMemo:
+    """Each failing op's diagnostics, kept until its config entry, its verdict or a file they were placed
+    by changes: while 1,000 ops validate the workspace's diagnostics are rebuilt as often as runs end, and
+    placing every failing op's again (resolving and reading its files) was most of the publisher thread's
+    CPU, which the editor's requests wait behind for the GIL (benchmark 15)."""
+
+    def __init__(self) -> None:
+        #: op name -> (config, op entry, view, files with their stamps, the op's diagnostics by file)
+        self.kept: dict[str, _Kept] = {}
+        self.lock = threading.Lock()
+
+    def op_diagnostics(
+        self, session: WorkspaceSession, cfg: Config, op: OpConfig, view: OpView, out: dict[Path, list[lsp.Diagnostic]]
+    ) -> None:
+        with self.lock:
+            kept = self.kept.get(op.name)
+        fresh = kept is not None and kept[0] is cfg and kept[1] is op and kept[2] is view
+        if kept is not None and fresh and all(_stamp(f) == st for f, st in kept[3]):
+            for path, diag in kept[4]:
+                out[path].append(diag)
+            return
+        mine: dict[Path, list[lsp.Diagnostic]] = defaultdict(list)
+        _op_diagnostics(session, cfg, op, view, mine)
+        files = _placed_by(session, cfg, op, view, mine)
+        for path, diags in mine.items():
+            out[path].extend(diags)
+        placed = [(path, d) for path, diags in mine.items() for d in diags]
+        with self.lock:
+            self.kept[op.name] = (cfg, op, view, tuple((f, _stamp(f)) for f in files), placed)
+
+
+def _stamp(file: str) -> int:
+    """What says a file changed (or appeared, or went): its modification time in ns, -1 where there is none."""
+    try:
+        return os.stat(file).st_mtime_ns
+    except OSError:
+        return -1
+
+
+def _placed_by(
+    session: WorkspaceSession, cfg: Config, op: OpConfig, view: OpView, placed: dict[Path, list[lsp.Diagnostic]]
+) -> list[str]:
+    """Every file whose presence or text decided where the op's diagnostics went (both places a module may be,
+    so a new ``a/b.py`` beside ``a/b/__init__.py`` counts)."""
+    files: set[str] = {str(p) for p in placed}
+    refs = [r for r in (op.module, op.reference) if r]
+    for ref in refs:
+        if is_callable_ref(ref):
+            base = cfg.root.joinpath(*ref.partition(":")[0].split("."))
+            files |= {str(base.with_suffix(".py")), str(base / "__init__.py")}
+        else:
+            files.add(str(cfg.resolve(ref)))
+    if op.op_script:
+        files.add(str(cfg.resolve(op.op_script)))
+    for row in view.failures:
+        name = case_detail(row).get("file")
+        if name:
+            files.add(str(name if Path(name).is_absolute() else session.root / name))
+    setup = (view.detail or {}).get("setup_error") or {}
+    if setup.get("file"):
+        files.add(str(Path(setup["file"]) if Path(setup["file"]).is_absolute() else session.root / setup["file"]))
+    return sorted(files)
+
+
+_MEMOS: weakref.WeakKeyDictionary[WorkspaceSession, _OpMemo] = weakref.WeakKeyDictionary()
+_MEMOS_LOCK = threading.Lock()
+
+
+def _memo_of(session: WorkspaceSession) -> _OpMemo:
+    with _MEMOS_LOCK:
+        memo = _MEMOS.get(session)
+        if memo is None:
+            memo = _MEMOS[session] = _OpMemo()
+        return memo
+
+
 def workspace_diagnostics(session: WorkspaceSession, *, trusted: bool = True) -> dict[Path, list[lsp.Diagnostic]]:
     """Every diagnostic of a workspace, by absolute file path (files without any get an empty list)."""
     config_path = session.config_path
@@ -361,10 +443,11 @@ def workspace_diagnostics(session: WorkspaceSession, *, trusted: bool = True) ->
             )
         )
         return out
+    memo = _memo_of(session)
     for op in cfg.ops:
         view = session.view("op", op.name)
         if view is not None and view.status != "passed":
-            _op_diagnostics(session, cfg, op, view, out)
+            memo.op_diagnostics(session, cfg, op, view, out)
     for i, k in enumerate(cfg.kernels):
         view = session.view("kernel", k.name)
         if view is not None:

@@ -9,12 +9,19 @@ actions waiting for seconds. Here one thread per server does that work: requests
 from __future__ import annotations
 
 import threading
+import time
 import traceback
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
 from .workspace import WorkspaceSession
+
+#: Seconds between two rebuilds after runs ended: while 1,000 ops validate a run ends every few hundredths of a
+#: second, and a rebuild for each (rereading every op's latest verdict) kept a thread busy that the editor's
+#: requests share the GIL with. The first rebuild after a quiet spell is immediate; asks that are not
+#: rereads (a config edit's diagnostics) never wait.
+REREAD_INTERVAL = 0.25
 
 
 class Publisher:
@@ -27,8 +34,11 @@ class Publisher:
     ) -> None:
         self.build = build
         self.deliver = deliver
-        #: session -> (whether the store must be reread first, the futures of the requests merged into it)
-        self.pending: dict[WorkspaceSession, tuple[bool, list[Future[None]]]] = {}
+        #: session -> (whether the store must be reread first, whether an ask that is not a reread is among them,
+        #: the futures of the requests merged into it)
+        self.pending: dict[WorkspaceSession, tuple[bool, bool, list[Future[None]]]] = {}
+        #: session -> when its last reread began (monotonic)
+        self.reread_at: dict[WorkspaceSession, float] = {}
         self.cond = threading.Condition()
         self.closed = False
         self.thread = threading.Thread(target=self._loop, name="gpuemu-publish", daemon=True)
@@ -39,23 +49,27 @@ class Publisher:
         done once they were handed over (a caller on the loop that awaits it runs after they were sent)."""
         done: Future[None] = Future()
         with self.cond:
-            was, waiting = self.pending.get(session, (False, []))
-            self.pending[session] = (was or reread, [*waiting, done])
+            was, urgent, waiting = self.pending.get(session, (False, False, []))
+            self.pending[session] = (was or reread, urgent or not reread, [*waiting, done])
             self.cond.notify()
         return done
 
     def _loop(self) -> None:
         while True:
             with self.cond:
-                while not self.pending and not self.closed:
-                    self.cond.wait()
+                while not self.closed:
+                    wait = self._wait()
+                    if wait is not None and wait <= 0:
+                        break
+                    self.cond.wait(wait)
                 if self.closed:
                     return
                 batch, self.pending = self.pending, {}
-            for session, (reread, waiting) in batch.items():
+            for session, (reread, _, waiting) in batch.items():
                 try:
                     if not session.closed:
                         if reread:
+                            self.reread_at[session] = time.monotonic()
                             session.refresh()
                         self.deliver(session, self.build(session), reread)
                 except Exception:  # a bug of ours must not end the thread every later publish needs
@@ -63,10 +77,21 @@ class Publisher:
                 for done in waiting:
                     done.set_result(None)
 
+    def _wait(self) -> float | None:
+        """Seconds until the pending work may start (None: there is none): at once for an ask that is not a
+        reread, else :data:`REREAD_INTERVAL` after the session's last reread."""
+        if not self.pending:
+            return None
+        now = time.monotonic()
+        return min(
+            0.0 if urgent else self.reread_at.get(session, -REREAD_INTERVAL) + REREAD_INTERVAL - now
+            for session, (_, urgent, _) in self.pending.items()
+        )
+
     def close(self) -> None:
         with self.cond:
             self.closed = True
-            for _, waiting in self.pending.values():
+            for *_, waiting in self.pending.values():
                 for done in waiting:
                     done.set_result(None)
             self.pending = {}

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from gpuemu_ls.engine.store.db import READ_INDEXES, Store
+from gpuemu_ls.session.workspace import MINIMIZE_RUNS, minimized_cases_sql
 
 RUNS, OPS, CASES = 6, 120, 20
 
@@ -81,6 +82,26 @@ def test_the_latest_result_per_op_is_read_without_loading_the_history(store: Sto
     assert "_latest" not in latest["op0000"]
     both = store.latest_op_results()
     assert set(both) == {f"op:op{o:04d}" for o in range(OPS)}
+
+
+def test_the_servers_refresh_reads_minimized_cases_through_the_run_index(store: Store, tmp_path: Path) -> None:
+    """Each refresh of the language server's views reads the minimize runs' cases: by run, never a scan of every
+    case stored (the join it replaced did one at each run's end while 1,000 ops validated)."""
+    assert store.query(MINIMIZE_RUNS) == []  # no minimize run: nothing more is read
+    text = plan(store, minimized_cases_sql(2), ("run001", "run004"))
+    assert "SCAN cases" not in text and "idx_cases_run_id" in text, text
+    with sqlite3.connect(tmp_path / "gpuemu.db") as conn:
+        conn.execute(
+            "INSERT INTO runs (id, started_at, finished_at, source, mode, status) VALUES ('m1', 1, 2, 'minimize',"
+            " 'quick', 'finished')"
+        )
+        conn.execute(
+            "INSERT INTO cases (run_id, op, seed, status, created_at, kind) VALUES ('m1', 'op0040', 7, 'failed', 2,"
+            " 'mismatch')"
+        )
+    runs = [r["id"] for r in store.query(MINIMIZE_RUNS)]
+    assert runs == ["m1"]
+    assert [(r["op"], r["seed"]) for r in store.query(minimized_cases_sql(1), tuple(runs))] == [("op0040", 7)]
 
 
 def test_latest_failures_are_the_latest_runs_own(store: Store) -> None:
