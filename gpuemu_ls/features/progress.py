@@ -1,14 +1,26 @@
-"""Work-done progress and the log of runs: each validation or lint job's progress, and, when a job ends, its
-line in the server's log and its run's progress (the run's own line when it was the last job)."""
+"""Work-done progress and the log of runs: each validation or lint job's progress in a small run, and, when a
+job ends, its line in the server's log and its run's progress (the run's own line when it was the last job).
+
+A run of more than :data:`OWN_PROGRESS_MAX` jobs has one progress, reported at most every
+:data:`REPORT_INTERVAL`: a progress of each of its 1,000 jobs (create, begin, reports, end) was most of what the
+server sent while they validated, and every message is one more the editor parses before it answers the user
+(benchmark 15).
+"""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from lsprotocol import types as lsp
 
 from ..session.jobs import Job
 from . import Server
+
+#: Seconds between two reports of a run's progress (the first and its end are always sent).
+REPORT_INTERVAL = 0.25
+#: Jobs a run may have for each to show a progress of its own (a save of a file with a few ops).
+OWN_PROGRESS_MAX = 8
 
 
 def run_ended(ls: Server, job: Job, kind: str, event: dict[str, Any]) -> None:
@@ -20,7 +32,8 @@ def run_ended(ls: Server, job: Job, kind: str, event: dict[str, Any]) -> None:
     ls.log_line(line, verbose=detail or None)
     if batch is None:
         return
-    if batch.token is not None and not over:
+    if batch.token is not None and not over and time.monotonic() - batch.reported_at >= REPORT_INTERVAL:
+        batch.reported_at = time.monotonic()
         ls.work_done_progress.report(
             batch.token,
             lsp.WorkDoneProgressReport(
@@ -35,9 +48,12 @@ def run_ended(ls: Server, job: Job, kind: str, event: dict[str, Any]) -> None:
 
 
 def job_progress(ls: Server, job: Job, kind: str, event: dict[str, Any]) -> None:
-    """The work-done progress of one validation or lint job: begun when it starts, reported as its cases end,
-    ended with how it ended."""
+    """The work-done progress of one validation or lint job, unless its run is big and counts it in its own:
+    begun when it starts, reported as its cases end, ended with how it ended."""
     token = ls.tokens.get(job.id)
+    batch = ls.runlog.batch_of(job.id) if kind == "started" else None
+    if batch is not None and batch.token is not None and batch.total > OWN_PROGRESS_MAX:
+        return
     if kind == "started" and job.kind in ("validate", "lint") and ls.supports("window", "work_done_progress"):
         token = f"gpuemu-{job.id}"
         ls.tokens[job.id] = token

@@ -30,6 +30,7 @@ class Batch:
     finished: int = 0
     verdicts: dict[str, int] = field(default_factory=dict)
     token: str | None = None  # its work-done progress, when it has one
+    reported_at: float = float("-inf")  # when its progress was last reported (monotonic)
 
     @property
     def total(self) -> int:
@@ -75,6 +76,11 @@ class RunLog:
             for j in jobs:
                 self.by_job[j.id] = batch
         return batch
+
+    def batch_of(self, job_id: int) -> Batch | None:
+        """The run a job belongs to, while it has not ended."""
+        with self.lock:
+            return self.by_job.get(job_id)
 
     def start_line(self, batch: Batch) -> str:
         mode = f"{batch.mode}, " if batch.ops else ""

@@ -331,3 +331,25 @@ async def test_cli_results_show_up_without_a_save(editor: Any, buggy_ws: Any, re
     record_latency(request, "  (CLI run itself, for comparison)", t_end - t_start)
     assert diag.code == "mismatch" and f"seed {diag.data['seed']}" in out.decode()
     assert client.op_states == [], "the server ran something itself"
+
+
+@pytest.mark.parametrize("editor", ["vscode"], indirect=True)
+async def test_a_big_run_has_one_progress_reported_at_a_bounded_rate(editor: Any, buggy_ws: Any) -> None:
+    """A run of 18 ops has the run's progress only (no progress per op: at 1,000 ops those were most of what the
+    server sent), counting the ops as they end; each op still has its states in the Test Explorer."""
+    root = buggy_ws(None)
+    names = [o["name"] for o in tomllib.loads((root / "gpuemu.toml").read_text())["ops"]]
+    assert len(names) == 18
+    client = await editor.start(root, {**FAST, "iterations": 4})
+    out = await client.request("gpuemu/runOps", {"ids": [f"op:{n}" for n in names], "mode": "quick"}, timeout=300)
+    assert len(out["results"]) == 18
+    assert client.progress_tokens("Validating") == []
+    [token] = client.progress_tokens("18 ops")
+    await client.wait_for(lambda: isinstance(client.progress(token)[-1], lsp.WorkDoneProgressEnd), what="run's end")
+    steps = client.progress(token)
+    reports = [v.message for v in steps if isinstance(v, lsp.WorkDoneProgressReport)]
+    assert reports and all(re.match(r"running \d+ of 18 ops", m or "") for m in reports), reports
+    assert re.fullmatch(r"18 ops in [\d.]+ s: .*", steps[-1].message or ""), steps[-1]
+    for name in names:
+        states = [s["state"] for s in client.states(name)]
+        assert states[:1] == ["queued"] and states[-1] in {"passed", "failed", "error"}, (name, states)
