@@ -54,3 +54,26 @@ def test_full_collections_skip_what_survived_while_jobs_run_and_cycles_are_freed
     finally:
         runner.shutdown()
         gc.unfreeze()
+
+
+def test_what_lives_when_a_run_starts_is_frozen_before_any_collection(tmp_path: Path) -> None:
+    """The first full collection of a run must not scan everything the server held before it (60-100 ms)."""
+    runner = JobRunner(lambda event: None)
+    before = [Node() for _ in range(500)]
+    seen: dict[str, Any] = {}
+
+    def work(job: object) -> None:
+        seen["frozen"] = gc.get_freeze_count()
+        seen["scanned"] = any(o is before[0] for o in gc.get_objects())
+
+    try:
+        gc.collect()
+        gc.disable()  # no collection may run between the job's start and its look
+        job = runner.task(WorkspaceSession(tmp_path), "look", work)
+        assert job.future is not None
+        job.future.result(timeout=30)
+        assert seen["frozen"] >= 500 and not seen["scanned"], seen
+    finally:
+        gc.enable()
+        runner.shutdown()
+        gc.unfreeze()
