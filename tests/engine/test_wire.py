@@ -84,6 +84,9 @@ def b64(raw: bytes) -> str:
         ({"dtype": "float32", "data": ""}, "missing shape"),
         ([1, 2], "expected an object"),
         ({"shape": [2], "dtype": "float32", "data": "!!not base64!!"}, "not valid base64"),
+        ({"shape": [2], "dtype": "float32", "data": b64(b"\0" * 8)[:-1]}, "not valid base64 (Incorrect padding)"),
+        ({"shape": [2], "dtype": "float32", "data": " " + b64(b"\0" * 8)}, "not valid base64"),  # never skipped
+        ({"shape": [2], "dtype": "float32", "data": b64(b"\0" * 8) + "\n"}, "not valid base64"),
         ({"shape": [2], "dtype": "float32", "data": b64(b"\0" * 4)}, "needs 2 elements, data has 1"),
         ({"shape": [2], "dtype": "float32", "data": b64(b"\0" * 7)}, "7 data bytes is not a whole number of float32"),
         ({"shape": [2], "dtype": "float128", "data": ""}, "unknown dtype 'float128'"),
