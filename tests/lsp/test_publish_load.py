@@ -33,12 +33,18 @@ def _lines_of(diags: dict[Path, list], file: Path) -> list[int]:
     return [d.range.start.line for d in diags.get(file.resolve(), [])]
 
 
-def test_a_kept_diagnostic_follows_its_function_when_the_file_changes(tmp_path: Path) -> None:
-    write_ws(tmp_path, TOML, {"ops.py": OPS})
-    run_validation(load_config(tmp_path), RunOptions(mode="quick", iterations=4))
-    s = WorkspaceSession(tmp_path)
+def _failing_session(root: Path) -> WorkspaceSession:
+    """A session of one op that fails, its run stored and read."""
+    write_ws(root, TOML, {"ops.py": OPS})
+    run_validation(load_config(root), RunOptions(mode="quick", iterations=4))
+    s = WorkspaceSession(root)
     s.load()
     s.refresh()
+    return s
+
+
+def test_a_kept_diagnostic_follows_its_function_when_the_file_changes(tmp_path: Path) -> None:
+    s = _failing_session(tmp_path)
     ops = tmp_path / "ops.py"
     first = workspace_diagnostics(s)
     assert _lines_of(first, ops) == [3]  # `def scaled` on line 4
@@ -53,11 +59,7 @@ def test_a_kept_diagnostic_follows_its_function_when_the_file_changes(tmp_path: 
 
 def test_a_kept_diagnostic_moves_to_a_module_that_appears(tmp_path: Path) -> None:
     """A failing op whose module was missing shows on its entry; once the module exists, on its function."""
-    write_ws(tmp_path, TOML, {"ops.py": OPS})
-    run_validation(load_config(tmp_path), RunOptions(mode="quick", iterations=4))
-    s = WorkspaceSession(tmp_path)
-    s.load()
-    s.refresh()
+    s = _failing_session(tmp_path)
     ops = tmp_path / "ops.py"
     ops.rename(tmp_path / "gone.py")
     assert _lines_of(workspace_diagnostics(s), ops) == []
