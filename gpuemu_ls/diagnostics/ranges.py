@@ -40,7 +40,24 @@ def line_range(file: Path, line: int) -> lsp.Range:
 
 
 def op_header_range(config: Config, op: OpConfig) -> lsp.Range:
-    """The ``[[ops]]`` header of the op plus its name line (where the eye looks for it)."""
+    """The ``[[ops]]`` header of the op plus its name line (where the eye looks for it): made once per config
+    and op, as code lenses ask for all 1,000 of them at every lens refresh (shared: callers never change it)."""
+    kept = _HEADERS.get(id(config))
+    if kept is None or kept[0] is not config:
+        if len(_HEADERS) >= 4:  # the loaded and the saved config, of a workspace or two: not every old one
+            _HEADERS.clear()
+        kept = _HEADERS[id(config)] = (config, {})
+    rng = kept[1].get(op.index)
+    if rng is None:
+        rng = kept[1][op.index] = _header_range(config, op)
+    return rng
+
+
+#: id(config) -> (config, op index -> its header range)
+_HEADERS: dict[int, tuple[Config, dict[int, lsp.Range]]] = {}
+
+
+def _header_range(config: Config, op: OpConfig) -> lsp.Range:
     if config.positions is None:
         return lsp.Range(lsp.Position(0, 0), lsp.Position(0, 1))
     head = config.positions.key(("ops", op.index))
