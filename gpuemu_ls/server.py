@@ -44,6 +44,7 @@ from .features.progress import job_progress, run_ended
 from .features.registration import register_optional_features, setup_watching
 from .features.test_explorer import DISCOVER_OPS, OP_STATE, RUN_OPS, discover, op_state
 from .options import ServerOptions
+from .session import priority
 from .session.jobs import Job, JobRunner
 from .session.publisher import Publisher
 from .session.runlog import RunLog
@@ -127,7 +128,8 @@ class GpuemuProtocol(LanguageServerProtocol):
             error = JsonRpcInvalidRequest(f"{message.method}: the server is shutting down")
             self._send_response(message.id, None, error.to_response_error())
             return
-        super().handle_message(message)
+        with priority.interactive():  # background threads wait at their next safe point (session/priority.py)
+            super().handle_message(message)
 
 
 def _get(message: Any, key: str) -> Any:
@@ -371,6 +373,7 @@ class GpuemuServer(LanguageServer):
             first = self.edit_checker.submit(self._check_edit, s, s.loaded_text, text, gen)
 
         def work() -> None:
+            priority.background()
             if first is not None:
                 first.exception()  # the whole check waits: run beside it, the entry's took 0.5 s, not 40 ms
             if s.generation != gen:
@@ -400,11 +403,12 @@ class GpuemuServer(LanguageServer):
         where it finds one and the whole check has not answered yet, which then has the last word."""
         if s.generation != gen:
             return
-        part = around(text, *changed_lines(before, text))
-        if part is None:
-            return
         try:
-            load_config(s.root, text=part.text)
+            with priority.interactive():
+                part = around(text, *changed_lines(before, text))
+                if part is None:
+                    return
+                load_config(s.root, text=part.text)
         except ConfigError as exc:
             if s.generation == gen and s.loaded_generation < gen:
                 problems = [renumbered(p, part) for p in exc.problems]

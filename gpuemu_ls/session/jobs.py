@@ -22,7 +22,7 @@ from ..engine.cases.plan import PlanCancelled
 from ..engine.errors import GpuemuError
 from ..engine.run.validate import RunOptions, RunResult, plan_op, run_validation
 from ..engine.store.db import Store
-from . import collector
+from . import collector, priority
 from .workspace import WorkspaceSession
 
 Event = dict[str, Any]
@@ -79,6 +79,7 @@ class JobRunner:
         self._emit({"type": "queued", "job": job})
 
         def run() -> Any:
+            priority.background()
             if job.cancel.is_set():
                 self._finish(job, {"type": "cancelled", "job": job})
                 return None
@@ -146,6 +147,7 @@ class JobRunner:
             if case.status != "passed" or time.monotonic() - shown[0] >= PROGRESS_INTERVAL:
                 shown[0] = time.monotonic()
                 self._emit({"type": "progress", "job": job, "case": case})
+            priority.give_way()  # between two cases: the editor's request or edit check first
 
         options = RunOptions(
             mode=job.mode,

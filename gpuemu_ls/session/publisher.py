@@ -15,6 +15,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
+from . import priority
 from .workspace import WorkspaceSession
 
 #: Seconds between two rebuilds after runs ended: while 1,000 ops validate a run ends every few hundredths of a
@@ -55,6 +56,7 @@ class Publisher:
         return done
 
     def _loop(self) -> None:
+        priority.background()
         while True:
             with self.cond:
                 while not self.closed:
@@ -67,6 +69,7 @@ class Publisher:
                 batch, self.pending = self.pending, {}
             for session, (reread, _, waiting) in batch.items():
                 try:
+                    priority.give_way()  # a request or an edit's check first
                     if not session.closed:
                         if reread:
                             self.reread_at[session] = time.monotonic()
