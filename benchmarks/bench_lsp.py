@@ -187,7 +187,7 @@ async def _under_load(quick: bool) -> dict[str, Any]:
     """#15: what an editor waits for while every op of a 1,000-op workspace validates."""
     from bench_tools import _bugged_workspace
 
-    n, rounds, edits = (200, 30, 3) if quick else (1000, 300, int(os.environ.get("GPUEMU_BENCH_EDITS", "6")))
+    n, rounds, edits = (200, 30, 3) if quick else (1000, 300, int(os.environ.get("GPUEMU_BENCH_EDITS", "20")))
     budget = 120.0 if quick else 300.0  # seconds of measuring at most: before the fix a round took up to 20 s
     with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:
         root = _bugged_workspace(Path(tmp) / "ws", n)
