@@ -359,6 +359,16 @@ class _OpMemo:
         #: op name -> (config, op entry, view, files with their stamps, the op's diagnostics by file)
         self.kept: dict[str, _Kept] = {}
         self.lock = threading.Lock()
+        self.pruned_for: Config | None = None  # the config whose ops alone are kept
+
+    def prune(self, cfg: Config) -> None:
+        """Forget the ops a new config no longer has (renamed, removed), once per config."""
+        if self.pruned_for is cfg:
+            return
+        names = {op.name for op in cfg.ops}
+        with self.lock:
+            self.kept = {name: kept for name, kept in self.kept.items() if name in names}
+            self.pruned_for = cfg
 
     def op_diagnostics(
         self, session: WorkspaceSession, cfg: Config, op: OpConfig, view: OpView, out: dict[Path, list[lsp.Diagnostic]]
@@ -444,6 +454,7 @@ def workspace_diagnostics(session: WorkspaceSession, *, trusted: bool = True) ->
         )
         return out
     memo = _memo_of(session)
+    memo.prune(cfg)
     for op in cfg.ops:
         view = session.view("op", op.name)
         if view is not None and view.status != "passed":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import weakref
 from functools import lru_cache
 from pathlib import Path
 
@@ -41,20 +42,20 @@ def line_range(file: Path, line: int) -> lsp.Range:
 
 def op_header_range(config: Config, op: OpConfig) -> lsp.Range:
     """The ``[[ops]]`` header of the op plus its name line (where the eye looks for it): made once per config
-    and op, as code lenses ask for all 1,000 of them at every lens refresh (shared: callers never change it)."""
+    and op, as code lenses ask for all 1,000 of them at every lens refresh (shared: callers never change it).
+    Kept while the config lives, never keeping it alive (a 1,000-op config is tens of megabytes)."""
     kept = _HEADERS.get(id(config))
-    if kept is None or kept[0] is not config:
-        if len(_HEADERS) >= 4:  # the loaded and the saved config, of a workspace or two: not every old one
-            _HEADERS.clear()
-        kept = _HEADERS[id(config)] = (config, {})
+    if kept is None or kept[0]() is not config:
+        key = id(config)
+        kept = _HEADERS[key] = (weakref.ref(config, lambda _ref: _HEADERS.pop(key, None)), {})
     rng = kept[1].get(op.index)
     if rng is None:
         rng = kept[1][op.index] = _header_range(config, op)
     return rng
 
 
-#: id(config) -> (config, op index -> its header range)
-_HEADERS: dict[int, tuple[Config, dict[int, lsp.Range]]] = {}
+#: id(config) -> (the config, weakly; op index -> its header range)
+_HEADERS: dict[int, tuple[weakref.ref[Config], dict[int, lsp.Range]]] = {}
 
 
 def _header_range(config: Config, op: OpConfig) -> lsp.Range:

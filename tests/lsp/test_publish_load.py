@@ -5,9 +5,11 @@ A real validation run, a real store and real Publisher threads."""
 
 from __future__ import annotations
 
+import gc
 import os
 import threading
 import time
+import weakref
 from concurrent.futures import Future
 from pathlib import Path
 
@@ -16,6 +18,7 @@ from kit.ops import op_toml
 from kit.workspace import write_ws
 
 from gpuemu_ls.diagnostics.diagnostics import workspace_diagnostics
+from gpuemu_ls.diagnostics.ranges import op_header_range
 from gpuemu_ls.engine.config.load import load_config
 from gpuemu_ls.engine.run.validate import RunOptions, run_validation
 from gpuemu_ls.session import publisher
@@ -66,6 +69,20 @@ def test_a_kept_diagnostic_moves_to_a_module_that_appears(tmp_path: Path) -> Non
     (tmp_path / "gone.py").rename(ops)
     assert _lines_of(workspace_diagnostics(s), ops) == [3]
     s.close()
+
+
+def test_header_ranges_are_made_once_per_config_and_never_keep_it_alive(tmp_path: Path) -> None:
+    """Code lenses ask for every op's header range at each refresh: made once per config, and a config the
+    session let go (tens of megabytes at 1,000 ops) is not kept for them."""
+    write_ws(tmp_path, TOML, {"ops.py": OPS})
+    cfg = load_config(tmp_path)
+    first = op_header_range(cfg, cfg.ops[0])
+    header = (tmp_path / "gpuemu.toml").read_text().splitlines().index("[[ops]]")
+    assert first.start.line == header and op_header_range(cfg, cfg.ops[0]) is first
+    gone = weakref.ref(cfg)
+    del cfg
+    gc.collect()
+    assert gone() is None
 
 
 class _Recorder:
