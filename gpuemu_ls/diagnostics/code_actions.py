@@ -167,13 +167,13 @@ def code_lenses(session: WorkspaceSession, path: Path, running: dict[str, str]) 
         return []
     here = path.resolve()
     in_toml = here == cfg.path.resolve()
-    names = None if in_toml else set(session.ops_by_file(cfg).get(here, ()))
+    in_file = set() if in_toml else set(session.ops_by_file(cfg).get(here, ()))
     lenses = []
     for op in cfg.ops:
         if in_toml:
             rng = op_header_range(cfg, op)
         else:
-            if op.name not in names:  # type: ignore[operator]
+            if op.name not in in_file:
                 continue
             target = op_target(cfg, op)
             if target is None or target[0].resolve() != here:

@@ -24,6 +24,7 @@ from typing import Any
 from lsprotocol import types as lsp
 
 from ..engine.config.model import Config, OpConfig, is_callable_ref
+from ..engine.config.modules import module_candidates
 from ..engine.errors import Problem
 from ..engine.report.lines import KIND_TEXT, replay_command, row_plan
 from ..session.workspace import OpView, WorkspaceSession
@@ -172,11 +173,16 @@ def _first_per_kind(view: OpView) -> list[tuple[dict[str, Any], int, dict[str, i
     return [(row, counts[k], dict(edge_kinds) if k == "edge" else {}) for k, row in firsts.items()]
 
 
+def _workspace_path(session: WorkspaceSession, file: str) -> Path:
+    """A file a result names: absolute as it stands, else under the workspace's root."""
+    p = Path(file)
+    return p if p.is_absolute() else session.root / p
+
+
 def _in_workspace(session: WorkspaceSession, file: str | None) -> Path | None:
     if not file:
         return None
-    p = Path(file)
-    p = p if p.is_absolute() else session.root / p
+    p = _workspace_path(session, file)
     try:
         return p.resolve() if p.resolve().is_relative_to(session.root) and p.exists() else None
     except OSError:
@@ -375,8 +381,13 @@ class _OpMemo:
     ) -> None:
         with self.lock:
             kept = self.kept.get(op.name)
-        fresh = kept is not None and kept[0] is cfg and kept[1] is op and kept[2] is view
-        if kept is not None and fresh and all(_stamp(f) == st for f, st in kept[3]):
+        if (
+            kept is not None
+            and kept[0] is cfg
+            and kept[1] is op
+            and kept[2] is view
+            and all(_stamp(f) == st for f, st in kept[3])
+        ):
             for path, diag in kept[4]:
                 out[path].append(diag)
             return
@@ -404,22 +415,16 @@ def _placed_by(
     """Every file whose presence or text decided where the op's diagnostics went (both places a module may be,
     so a new ``a/b.py`` beside ``a/b/__init__.py`` counts)."""
     files: set[str] = {str(p) for p in placed}
-    refs = [r for r in (op.module, op.reference) if r]
-    for ref in refs:
-        if is_callable_ref(ref):
-            base = cfg.root.joinpath(*ref.partition(":")[0].split("."))
-            files |= {str(base.with_suffix(".py")), str(base / "__init__.py")}
-        else:
+    for ref in (op.module, op.reference):
+        if ref and is_callable_ref(ref):
+            files |= {str(p) for p in module_candidates(cfg.root, ref.partition(":")[0])}
+        elif ref:
             files.add(str(cfg.resolve(ref)))
     if op.op_script:
         files.add(str(cfg.resolve(op.op_script)))
-    for row in view.failures:
-        name = case_detail(row).get("file")
-        if name:
-            files.add(str(name if Path(name).is_absolute() else session.root / name))
-    setup = (view.detail or {}).get("setup_error") or {}
-    if setup.get("file"):
-        files.add(str(Path(setup["file"]) if Path(setup["file"]).is_absolute() else session.root / setup["file"]))
+    named = [case_detail(row).get("file") for row in view.failures]
+    named.append(((view.detail or {}).get("setup_error") or {}).get("file"))
+    files |= {str(_workspace_path(session, name)) for name in named if name}
     return sorted(files)
 
 

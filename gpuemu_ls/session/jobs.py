@@ -137,15 +137,16 @@ class JobRunner:
             return None
         job.total = len(specs)
 
-        shown = [float("-inf")]
+        shown = float("-inf")  # when a progress event was last sent
 
         def on_case(_op: str, case: Any, i: int, n: int) -> None:
+            nonlocal shown
             job.done, job.total = i, n
             job.failed += case.status not in ("passed", "edge")
             # a case that did not pass is told at once (the Test Explorer shows it as it happens); the end tells the
             # last count
-            if case.status != "passed" or time.monotonic() - shown[0] >= PROGRESS_INTERVAL:
-                shown[0] = time.monotonic()
+            if case.status != "passed" or time.monotonic() - shown >= PROGRESS_INTERVAL:
+                shown = time.monotonic()
                 self._emit({"type": "progress", "job": job, "case": case})
             priority.give_way()  # between two cases: the editor's request or edit check first
 

@@ -11,10 +11,15 @@ from pathlib import Path
 from ..safe_read import read_text
 
 
-def module_file(root: Path, module: str) -> Path | None:
-    """The file of a workspace module ``a.b`` (``a/b.py`` or ``a/b/__init__.py``), found without importing."""
+def module_candidates(root: Path, module: str) -> tuple[Path, Path]:
+    """Where a workspace module ``a.b`` may lie, in the order Python looks: ``a/b.py``, ``a/b/__init__.py``."""
     base = root.joinpath(*module.split("."))
-    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+    return base.with_suffix(".py"), base / "__init__.py"
+
+
+def module_file(root: Path, module: str) -> Path | None:
+    """The file of a workspace module ``a.b`` (:func:`module_candidates`), found without importing."""
+    for candidate in module_candidates(root, module):
         if candidate.is_file():
             return candidate
     return None
