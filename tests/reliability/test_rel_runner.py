@@ -581,3 +581,41 @@ def test_script_errors_keep_their_stderr_and_crashes_their_line(tmp_path: Path) 
     assert ops["raise_ref"]["line"] == 4, ops["raise_ref"]
     assert ops["segv_ref"]["kind"] == "reference_crash" and "SIGSEGV" in ops["segv_ref"]["message"], ops["segv_ref"]
     assert ops["segv_ref"]["line"] == 3, ops["segv_ref"]
+
+
+ENV_CHECK = """import os
+GOT = {k: os.environ.get(k) for k in ("GLIBC_TUNABLES", "GPUEMU_USER_GLIBC_TUNABLES")}
+WANT = {"GLIBC_TUNABLES": os.environ.get("RELTEST_WANT_TUNABLES") or None, "GPUEMU_USER_GLIBC_TUNABLES": None}
+assert GOT == WANT, f"the op's environment is not its user's: {GOT} != {WANT}"
+"""
+
+
+@pytest.mark.parametrize("user", ["", "glibc.malloc.arena_max=2"], ids=["unset", "set"])
+@pytest.mark.parametrize("no_zygote", [False, True], ids=["zygote", "fresh-worker"])
+def test_ops_and_scripts_see_their_users_environment(tmp_path: Path, user: str, no_zygote: bool) -> None:
+    """The malloc tunable workers start with (huge pages for forked script calls) is not in what an op, a reference
+    or a script sees, and a user's own GLIBC_TUNABLES reaches them unchanged."""
+    relkit.record("ops", cases=2)
+    toml = relkit.HEADER.format(name="env", validation="timeout = 10\n", quick=2)
+    toml += relkit.op_block("inproc", 'module = "kern:op"\nreference = "kern:ref"', dims=DIMS)
+    toml += relkit.op_block(
+        "script", 'execution_mode = "script_based"\nop_script = "op.py"\nreference = "ref.py"', dims=DIMS
+    )
+    files = {
+        "kern.py": ENV_CHECK + "\n\ndef op(x):\n    return x * 2\n\n\ndef ref(x):\n    return x * 2\n",
+        "common.py": COMMON,
+        "op.py": ENV_CHECK + "import json, sys\nfrom common import as_op, double\n"
+        "req = json.load(sys.stdin)\nprint(json.dumps(as_op(double(req), req)))\n",
+        "ref.py": ENV_CHECK + "import json, sys\nfrom common import double\n"
+        "print(json.dumps(double(json.load(sys.stdin))))\n",
+    }
+    root = relkit.write_ws(tmp_path / "ws", toml, files)
+    extra = {"RELTEST_WANT_TUNABLES": user} | ({"GLIBC_TUNABLES": user} if user else {})
+    env = relkit.child_env(extra, no_zygote=no_zygote)
+    if not user:
+        env.pop("GLIBC_TUNABLES", None)
+    out = tmp_path / "out.json"
+    got = relkit.run_cli(root, "test", "--quick", "--no-progress", "--format", "json", "--output", str(out), env=env)
+    ops = {o["name"]: o for o in json.loads(out.read_text(encoding="utf-8"))["ops"]}
+    assert {n: o["status"] for n, o in ops.items()} == {"inproc": "passed", "script": "passed"}, got.stdout + got.stderr
+    assert {o["cases"] for o in ops.values()} == {2}

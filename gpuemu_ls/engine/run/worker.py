@@ -26,6 +26,7 @@ from . import contain, pick, shadow, triton_interp
 from .case import CaseContext, run_case_guarded
 from .runners import CallError, ScriptRunner
 from .watchdog import WATCHDOG
+from .zygote import own_environ
 
 
 def build_context(root: Path, op: OpConfig, validation: ValidationConfig) -> CaseContext:
@@ -177,6 +178,9 @@ def serve(conn: Connection) -> None:
             return
         if tag == "setup":
             _, root, op, validation, cwd, calibration, threads = msg
+            for runner in (ctx.op_runner, ctx.ref_runner) if ctx else ():
+                if isinstance(runner, ScriptRunner) and runner.fork:
+                    runner.fork.close()  # its spare child and the last one, done but not reaped
             contain.kill_descendants(os.getpid())  # what the previous op left running ends with it
             try:
                 os.chdir(cwd)
@@ -191,6 +195,10 @@ def serve(conn: Connection) -> None:
                 in_process = watchdog if len(forks) < 2 else None
                 for fork in forks:
                     fork.watchdog, fork.rearm = watchdog, in_process is not None
+                    # a spare child sets up on another core while a call runs: a gain where this worker has
+                    # cores to itself (one job on two cores: 49 -> 40 ms a softmax case), a loss where every
+                    # core is busy (two jobs on two: 21 -> 27 ms, the spares' set-up and copied pages)
+                    fork.prefork = (threads or 1) >= 2
                 gc.freeze()  # forked script calls then copy no page for the collector's sake
                 conn.send(("ready", {"op": ctx.op_runner.where, "reference": ctx.ref_runner.where}))
             except CallError as exc:
@@ -248,6 +256,7 @@ def run(fd: int, memory_mb: int | None) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = argv if argv is not None else sys.argv[1:]
+    own_environ()
     _die_with_parent()
     run(int(args[0]), int(args[1]) if len(args) > 1 and args[1] != "0" else None)
     return 0
