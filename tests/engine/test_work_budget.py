@@ -248,3 +248,23 @@ def test_each_class_is_shown_by_a_small_case_where_the_seeds_hold_one(tmp_path: 
             continue
         in_cut = min(cut.model.cost(s) for s in cut.specs if goal.met(s))
         assert in_cut <= 2 * max(small, cheapest_seen), (goal.label, in_cut, cheapest_seen, small)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_quick_cut_covers_half_precision_classes_by_small_cases(tmp_path: Path, seed: int) -> None:
+    """A quick run's half-precision cases are planned at a boundary shape (accumulation stress), but its cut may
+    meet their coverage classes (a partial tile in bfloat16) with small-scope cases: with boundary members only,
+    covering them cost more than the quick plan itself (benchmarks/triton_ws: 2.4x the counted work)."""
+    top = "[ci.quick]\niterations = 8\n"
+    cfg = load_config(
+        _ws(tmp_path, ("k", 'module = "direct:f"', 'dtypes = ["float32", "float16", "bfloat16"]'), top=top)
+    )
+    op = cfg.op("k")
+    specs = plan_op(cfg, op, "quick", None, seed, whole=True)
+    assert {s.strategy for s in specs if s.dtype != "float32"} == {"boundary"}  # the plan's own stay at a boundary
+    cut = work_cut(cfg, op, "quick", specs, None)
+    assert cut is not None
+    assert coverage(specs, cut.specs, cut.goals)["cut_classes"] == []
+    halves = [s for s in cut.specs if s.dtype != "float32"]
+    assert any(s.strategy == "small" for s in halves), [(s.dtype, s.strategy, s.dims) for s in halves]
+    assert cut.work <= sum(cut.model.cost(s) for s in specs)  # no dearer than the plan it cuts
