@@ -26,7 +26,7 @@ from . import contain, pick, shadow, triton_interp
 from .case import CaseContext, run_case_guarded
 from .runners import CallError, ScriptRunner
 from .watchdog import WATCHDOG
-from .zygote import own_environ
+from .workerenv import own_environ
 
 
 def build_context(root: Path, op: OpConfig, validation: ValidationConfig) -> CaseContext:

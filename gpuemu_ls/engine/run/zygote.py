@@ -29,7 +29,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from . import contain
+from . import contain, workerenv
 
 _PACKAGE_PARENT = str(Path(__file__).resolve().parents[3])
 #: How much lower than this process the processes that run ops are scheduled (``nice`` steps; 0: the same). The
@@ -45,42 +45,13 @@ def run_ops_in_background(nice: int = 10) -> None:
     _BACKGROUND_NICE = max(0, nice)
 
 
-#: glibc's malloc backs its heap with transparent huge pages where the kernel allows it (THP ``madvise`` mode).
-#: Each script call is a fork that writes megabytes of fresh memory (its request, arrays, answer): one fault
-#: per 4 KiB page took ~4 µs on a VM, 2,000 a call for a float64 [64,1024] softmax reference; with huge pages
-#: a third fewer, and the worker's own heap faults less after each fork. Set at the interpreter's start (glibc
-#: reads it only then), taken out of the environment again before any user code runs (:func:`own_environ`).
-_MALLOC_TUNABLE = "glibc.malloc.hugetlb=1"
-_USER_TUNABLES = "GPUEMU_USER_GLIBC_TUNABLES"  # the user's own GLIBC_TUNABLES ("-" when unset), restored
-_UNSET = "-"
-
-
-def _malloc_env(env: dict[str, str]) -> None:
-    user = env.get("GLIBC_TUNABLES")
-    if user is not None and "glibc.malloc.hugetlb" in user:
-        return  # the user's own choice stands
-    env[_USER_TUNABLES] = _UNSET if user is None else user
-    env["GLIBC_TUNABLES"] = f"{user}:{_MALLOC_TUNABLE}" if user else _MALLOC_TUNABLE
-
-
-def own_environ() -> None:
-    """Give this process (a zygote or worker) back the environment its user had: ops and scripts see no tunable."""
-    user = os.environ.pop(_USER_TUNABLES, None)
-    if user is None:
-        return
-    if user == _UNSET:
-        os.environ.pop("GLIBC_TUNABLES", None)
-    else:
-        os.environ["GLIBC_TUNABLES"] = user
-
-
 def start_python(module: str, fd: int, *args: str, log: Any = subprocess.DEVNULL) -> subprocess.Popen[bytes]:
     """A fresh interpreter running ``module.main([fd, *args])`` (see :func:`python_cmd`) in its own session,
     given the socket ``fd``, this package importable and unbuffered output going to ``log``."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_PARENT, env.get("PYTHONPATH", "")) if p)
     env.setdefault("PYTHONUNBUFFERED", "1")
-    _malloc_env(env)
+    workerenv.malloc_env(env)
     proc = subprocess.Popen(
         python_cmd(module, str(fd), *args),
         pass_fds=(fd,),
@@ -297,7 +268,7 @@ def _kill_orphans(children: set[int]) -> None:
 
 
 def main(argv: list[str] | int) -> int:
-    own_environ()
+    workerenv.own_environ()
     from . import worker  # noqa: F401 - the imports every worker needs, done once here
 
     fd = int(argv[0]) if isinstance(argv, list) else argv
