@@ -84,7 +84,9 @@ def _write_all(fd: int, parts: list[bytes]) -> None:
 
 def _ready(fd: int) -> bool:
     """Whether ``fd`` can be read without blocking (data or end of file)."""
-    return bool(select.select([fd], [], [], 0)[0])
+    poller = select.poll()  # not select(): a worker may hold fds past FD_SETSIZE
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(0))
 
 
 def _offset(fd: int) -> int | None:
@@ -185,10 +187,7 @@ class ScriptFork:
         self._drop_spare()
         self._reap()
         for fd in (self.stdin, self.stdout, self.report):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+            _close(fd)
 
     def run(
         self,
@@ -216,7 +215,6 @@ class ScriptFork:
         child = self._take_spare(code, path)
         if child is None or not _send(child.go, b"1"):  # no spare, or it died before its call (killed)
             if child is not None:
-                _close(child.done)
                 _end_spare(child)
             child = self._spawn(code, path, explain)
             _send(child.go, b"1")
@@ -288,14 +286,12 @@ class ScriptFork:
                     return spare
             except ChildProcessError:
                 pass
-        _close(spare.done)
         _end_spare(spare)
         return None
 
     def _drop_spare(self) -> None:
         spare, self.spare = self.spare, None
         if spare is not None:
-            _close(spare.done)
             _end_spare(spare)
 
     def _wait(self, pid: int, done: int) -> int | None:
@@ -318,16 +314,13 @@ class ScriptFork:
                     events = dict(poller.poll())
                 except InterruptedError:
                     continue
-                if done in events:  # a byte: reported; end of file: the child (and all that held the pipe) ended
-                    if os.read(done, 1):
-                        self.pending = pid
-                        return None
+                # the child ended (pidfd) with nothing on the pipe: a descendant may still hold it open
+                if done not in events and not _ready(done):
                     return os.waitpid(pid, 0)[1]
-                if pidfd in events:  # ended; a descendant may still hold the pipe open
-                    if _ready(done) and os.read(done, 1):
-                        self.pending = pid
-                        return None
-                    return os.waitpid(pid, 0)[1]
+                if os.read(done, 1):  # a byte: reported
+                    self.pending = pid
+                    return None
+                return os.waitpid(pid, 0)[1]  # end of file: the child (and all that held the pipe) ended
         finally:
             os.close(pidfd)
 
@@ -421,9 +414,10 @@ def _receive(fd: int) -> bool:
 
 
 def _end_spare(spare: _Child) -> None:
-    """Send an unused spare away and reap it: end of file on its go, then SIGKILL (another child may hold
-    a copy of the pipe's write end, so end of file alone might never come)."""
+    """Send an unused spare away, close this side of its pipes and reap it: end of file on its go, then SIGKILL
+    (another child may hold a copy of the pipe's write end, so end of file alone might never come)."""
     _close(spare.go)
+    _close(spare.done)
     try:
         os.kill(spare.pid, signal.SIGKILL)
         os.waitpid(spare.pid, 0)
